@@ -1,0 +1,76 @@
+"""The knowledge index file: per document its L0 hint fields and its active version.
+
+Written by the indexing run next to the Milvus data (one JSON file per deployment), read by the
+L0 hint provider (titles, keywords, categories, entities) and by the retriever, which only returns
+chunks of a document's active version so that old and new chunks of one document are never mixed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class IndexedDocument(BaseModel):
+    """One indexed knowledge document."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    doc_id: str
+    source: str
+    title: str = ""
+    category: str = ""
+    keywords: list[str] = Field(default_factory=list)
+    entities: list[str] = Field(default_factory=list)
+    doc_version: str
+    chunks: int = 0
+
+
+class KnowledgeIndex(BaseModel):
+    """All indexed documents of one deployment, and the store they were written to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format_version: int = 1
+    milvus_uri: str = ""
+    collection_name: str = ""
+    embedding_model: str = ""
+    documents: list[IndexedDocument] = Field(default_factory=list)
+
+    @classmethod
+    def load(cls, path: str | Path) -> KnowledgeIndex:
+        """
+        Read the index file; a missing file is an empty index.
+
+        :param path: The JSON file.
+        :returns: The index.
+        :raises ValueError: If the file exists but is not a valid index.
+        """
+        path = Path(path)
+        if not path.exists():
+            return cls()
+        return cls.model_validate_json(path.read_text(encoding="utf-8"))
+
+    def save(self, path: str | Path) -> None:
+        """
+        Write the index atomically (a crash leaves the previous file intact).
+
+        :param path: The JSON file.
+        """
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".index-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(self.model_dump_json(indent=1))
+        os.replace(tmp, path)
+
+    def active_versions(self) -> dict[str, str]:
+        """Return the active version per source."""
+        return {doc.source: doc.doc_version for doc in self.documents}
+
+    def by_source(self) -> dict[str, IndexedDocument]:
+        """Return the documents keyed by source."""
+        return {doc.source: doc for doc in self.documents}

@@ -1,0 +1,151 @@
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from haystack import Document, component, logging
+
+logger = logging.getLogger(__name__)
+
+_FIRST_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+_KNOWN_KEYS = ("id", "title", "category", "domain", "keywords", "entities")
+
+
+class KnowledgeFileError(ValueError):
+    """A knowledge file that cannot be loaded; the message names the reason."""
+
+
+def file_version(data: bytes) -> str:
+    """
+    Return the version of a knowledge file: a short hash of its bytes.
+
+    :param data: The raw file content.
+    :returns: 16 hex characters.
+    """
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _split_frontmatter(text: str) -> tuple[dict[str, Any], str]:
+    if not text.startswith("---"):
+        return {}, text
+    lines = text.split("\n")
+    if lines[0].strip() != "---":
+        return {}, text
+    end = next((i for i, line in enumerate(lines[1:], start=1) if line.strip() in ("---", "...")), None)
+    if end is None:
+        raise KnowledgeFileError("frontmatter starts with '---' but has no closing '---' line")
+    try:
+        front = yaml.safe_load("\n".join(lines[1:end]))
+    except yaml.YAMLError as err:
+        reason = str(err).replace("\n", " ")
+        raise KnowledgeFileError(f"frontmatter is not valid YAML: {reason}") from err
+    if front is None:
+        front = {}
+    if not isinstance(front, dict):
+        raise KnowledgeFileError(f"frontmatter must be a YAML mapping, got {type(front).__name__}")
+    return front, "\n".join(lines[end + 1 :])
+
+
+def _string_list(value: Any, field: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+        return [str(v).strip() for v in value if str(v).strip()]
+    raise KnowledgeFileError(f"frontmatter field '{field}' must be a list of strings")
+
+
+def parse_knowledge_file(data: bytes, source: str) -> Document:
+    """
+    Parse one knowledge file into a Document whose content is the markdown body.
+
+    :param data: The raw bytes of the file.
+    :param source: The path relative to the knowledge root, used as `source` and as the default `doc_id`.
+    :returns: A Document with `doc_id`, `source`, `title`, `category`, `keywords`, `entities`, `doc_version`
+        and any other frontmatter keys in its meta.
+    :raises KnowledgeFileError: If the file is not UTF-8, its frontmatter is malformed, or its body is empty.
+    """
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise KnowledgeFileError(f"not valid UTF-8 (byte {err.start})") from err
+    text = text.replace("\r\n", "\n")
+    front, body = _split_frontmatter(text)
+    if not body.strip():
+        raise KnowledgeFileError("the markdown body is empty")
+    heading = _FIRST_HEADING.search(body)
+    title = str(front.get("title") or (heading.group(1) if heading else Path(source).stem)).strip()
+    category = front.get("category", front.get("domain"))
+    if category is not None and not isinstance(category, str | int):
+        raise KnowledgeFileError("frontmatter field 'category' must be a string")
+    meta: dict[str, Any] = {k: v for k, v in front.items() if k not in _KNOWN_KEYS}
+    meta.update(
+        doc_id=str(front.get("id") or source),
+        source=source,
+        title=title,
+        category=str(category or "").strip(),
+        keywords=_string_list(front.get("keywords"), "keywords"),
+        entities=_string_list(front.get("entities"), "entities"),
+        doc_version=file_version(data),
+    )
+    return Document(content=body, meta=meta)
+
+
+@component
+class MarkdownKnowledgeLoader:
+    """
+    Loads markdown knowledge files with YAML frontmatter into Haystack Documents, one per file.
+
+    Frontmatter fields: `id` (default: the path relative to the knowledge root), `title` (default: the first
+    heading), `category` (alias `domain`), `keywords`, `entities`; other keys are kept as metadata. A file that
+    cannot be read or parsed does not stop the run: it is reported in `failures` with its name and the reason.
+
+    ### Usage example
+
+    ```python
+    from components.markdown_loader import MarkdownKnowledgeLoader
+
+    loader = MarkdownKnowledgeLoader(root="knowledge")
+    result = loader.run(sources=["knowledge/alerts/disk-full.md"])
+    print(result["documents"][0].meta["title"], result["failures"])
+    ```
+    """
+
+    def __init__(self, root: str = "knowledge") -> None:
+        """
+        Create the loader.
+
+        :param root: The knowledge root; `source` is each file's path relative to it.
+        :raises ValueError: If `root` is empty.
+        """
+        if not root:
+            msg = f"root={root!r} must name the knowledge folder, e.g. 'knowledge'"
+            raise ValueError(msg)
+        self.root = root
+
+    @component.output_types(documents=list[Document], failures=list[dict[str, str]])
+    def run(self, sources: list[str], root: str | None = None) -> dict[str, Any]:
+        """
+        Load the given files.
+
+        :param sources: Paths of markdown files (absolute or relative to the working directory).
+        :param root: Overrides the init `root` for this run.
+        :returns: `documents`: one Document per loaded file; `failures`: `{"source", "reason"}` per file that failed.
+        """
+        base = Path(root or self.root).resolve()
+        documents: list[Document] = []
+        failures: list[dict[str, str]] = []
+        for path_str in sources:
+            path = Path(path_str).resolve()
+            source = path.relative_to(base).as_posix() if path.is_relative_to(base) else path.name
+            try:
+                documents.append(parse_knowledge_file(path.read_bytes(), source))
+            except (OSError, KnowledgeFileError) as err:
+                reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+                logger.warning("Skipping knowledge file {source}: {reason}", source=source, reason=reason)
+                failures.append({"source": source, "reason": reason})
+        return {"documents": documents, "failures": failures}

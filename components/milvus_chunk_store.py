@@ -1,0 +1,287 @@
+"""Access to the knowledge collection through pymilvus, with the original schema.
+
+The schema is the Java original's: a VARCHAR primary key `id`, the chunk text `content`, a FLOAT_VECTOR
+`vector` and a JSON `metadata` column. Field names, dimension, metric and index are configurable, so a
+collection created by another tool with that schema is used as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import logging as stdlib_logging
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from haystack import logging
+from pymilvus import DataType, MilvusClient
+
+logger = logging.getLogger(__name__)
+
+
+class _DropLiteIteratorNoise(stdlib_logging.Filter):
+    """Milvus Lite lacks the AllocTimestamp call that query iterators try first; the fallback is correct."""
+
+    def filter(self, record: stdlib_logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return "mvccTs" not in message and "Method not implemented" not in message
+
+
+for _name in ("pymilvus.client.iterator.query_iterator", "grpc._server"):
+    stdlib_logging.getLogger(_name).addFilter(_DropLiteIteratorNoise())
+
+METRICS = ("L2", "IP", "COSINE")
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DELETE_BATCH = 500
+
+
+def string_literal(value: str) -> str:
+    """
+    Quote a value as a Milvus expression string literal, escaping quotes and backslashes.
+
+    User text only ever reaches an expression through this function, so it is matched literally.
+
+    :param value: Any string.
+    :returns: A double-quoted literal.
+    """
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def validate_metric(metric_type: str) -> None:
+    """
+    Check a metric name.
+
+    :param metric_type: `L2`, `IP` or `COSINE`.
+    :raises ValueError: If the metric is not supported.
+    """
+    if metric_type not in METRICS:
+        msg = f"metric_type={metric_type!r} is not supported; use one of {list(METRICS)}"
+        raise ValueError(msg)
+
+
+def is_lite_uri(uri: str) -> bool:
+    """
+    Tell whether a URI names a Milvus Lite database file rather than a server.
+
+    :param uri: A Milvus URI.
+    :returns: True for a local `.db` path.
+    """
+    return not re.match(r"^[a-z]+://", uri)
+
+
+@dataclass(frozen=True)
+class CollectionSchema:
+    """Names and parameters of the knowledge collection."""
+
+    collection_name: str = "knowledge_chunks"
+    dimension: int = 384
+    metric_type: str = "L2"
+    index_type: str = "AUTOINDEX"
+    id_field: str = "id"
+    content_field: str = "content"
+    vector_field: str = "vector"
+    metadata_field: str = "metadata"
+
+    def validate(self) -> None:
+        """
+        Check every name and parameter.
+
+        :raises ValueError: Naming the bad parameter and the fix.
+        """
+        validate_metric(self.metric_type)
+        if self.dimension < 1:
+            msg = f"dimension={self.dimension!r} must be positive; use the embedder's dimension (384 for e5-small)"
+            raise ValueError(msg)
+        for name in ("collection_name", "id_field", "content_field", "vector_field", "metadata_field"):
+            value = getattr(self, name)
+            if not _KEY.match(value):
+                msg = f"{name}={value!r} must be a letter or '_' followed by letters, digits or '_'"
+                raise ValueError(msg)
+
+    def json_key(self, key: str) -> str:
+        """
+        Return the expression that reads one key of the JSON metadata column.
+
+        :param key: A metadata key (identifier characters only).
+        :returns: e.g. `metadata["category"]`.
+        :raises ValueError: If the key is not a plain identifier.
+        """
+        if not _KEY.match(key):
+            msg = f"metadata key {key!r} must be a plain identifier"
+            raise ValueError(msg)
+        return f"{self.metadata_field}[{string_literal(key)}]"
+
+
+class MilvusChunkStore:
+    """
+    A thin, reusable wrapper around `MilvusClient` for the knowledge collection.
+
+    ### Usage example
+
+    ```python
+    store = MilvusChunkStore("data/milvus.db", CollectionSchema())
+    store.ensure_collection()
+    print(store.count())
+    ```
+    """
+
+    def __init__(self, uri: str, schema: CollectionSchema, token: str | None = None) -> None:
+        """
+        Create the wrapper; nothing is connected until first use.
+
+        :param uri: A Milvus Lite `.db` path or a server URI such as `http://127.0.0.1:19530`.
+        :param schema: The collection's names and parameters.
+        :param token: Optional server token (never logged).
+        """
+        schema.validate()
+        self.uri = uri
+        self.schema = schema
+        self._token = token
+        self._client: MilvusClient | None = None
+        self._loaded = False
+
+    @property
+    def client(self) -> MilvusClient:
+        """The connected client (connects on first use)."""
+        if self._client is None:
+            if is_lite_uri(self.uri):
+                Path(self.uri).parent.mkdir(parents=True, exist_ok=True)
+            kwargs: dict[str, Any] = {"uri": self.uri}
+            if self._token:
+                kwargs["token"] = self._token
+            self._client = MilvusClient(**kwargs)
+        return self._client
+
+    def close(self) -> None:
+        """Release the connection."""
+        if self._client is not None:
+            self._client.close()
+        self._client = None
+        self._loaded = False
+
+    def exists(self) -> bool:
+        """Tell whether the collection exists."""
+        return bool(self.client.has_collection(self.schema.collection_name))
+
+    def ensure_collection(self) -> None:
+        """Create the collection with the configured schema and vector index if it does not exist."""
+        s = self.schema
+        if self.exists():
+            return
+        fields = self.client.create_schema(auto_id=False, enable_dynamic_field=False)
+        fields.add_field(s.id_field, DataType.VARCHAR, is_primary=True, max_length=512)
+        fields.add_field(s.content_field, DataType.VARCHAR, max_length=65535)
+        fields.add_field(s.vector_field, DataType.FLOAT_VECTOR, dim=s.dimension)
+        fields.add_field(s.metadata_field, DataType.JSON)
+        index = self.client.prepare_index_params()
+        index.add_index(field_name=s.vector_field, index_type=s.index_type, metric_type=s.metric_type)
+        self.client.create_collection(s.collection_name, schema=fields, index_params=index)
+        logger.info("Created Milvus collection {name}", name=s.collection_name)
+
+    def drop(self) -> None:
+        """Drop the collection if it exists."""
+        if self.exists():
+            self.client.drop_collection(self.schema.collection_name)
+        self._loaded = False
+
+    def load(self) -> None:
+        """Load the collection for search (a new process must do this once)."""
+        if not self._loaded:
+            self.client.load_collection(self.schema.collection_name)
+            self._loaded = True
+
+    def insert(self, rows: list[dict[str, Any]]) -> None:
+        """
+        Insert rows of the form `{id, content, vector, metadata}` (keys are the configured field names).
+
+        :param rows: The rows.
+        """
+        if rows:
+            self.client.insert(self.schema.collection_name, rows)
+
+    def delete_ids(self, ids: Iterable[str]) -> None:
+        """
+        Delete rows by primary key.
+
+        :param ids: Primary keys.
+        """
+        pending = list(ids)
+        for start in range(0, len(pending), _DELETE_BATCH):
+            batch = pending[start : start + _DELETE_BATCH]
+            expr = f"{self.schema.id_field} in [{', '.join(string_literal(i) for i in batch)}]"
+            self.client.delete(self.schema.collection_name, filter=expr)
+
+    def flush(self) -> None:
+        """Persist pending writes (unflushed data is searched much more slowly by Milvus Lite)."""
+        self.client.flush(self.schema.collection_name)
+
+    def count(self) -> int:
+        """Return the number of rows."""
+        self.load()
+        res = self.client.query(self.schema.collection_name, filter="", output_fields=["count(*)"])
+        return int(res[0]["count(*)"])
+
+    def scan_metadata(self, keys: tuple[str, ...] = ("source", "doc_version")) -> list[dict[str, Any]]:
+        """
+        Return `{id, <keys>...}` for every row, reading only the metadata column.
+
+        :param keys: Metadata keys to return.
+        :returns: One dict per row.
+        """
+        self.load()
+        s = self.schema
+        iterator = self.client.query_iterator(
+            s.collection_name, batch_size=1000, filter="", output_fields=[s.id_field, s.metadata_field]
+        )
+        rows: list[dict[str, Any]] = []
+        try:
+            while batch := iterator.next():
+                for row in batch:
+                    meta = row.get(s.metadata_field) or {}
+                    rows.append({"id": row[s.id_field], **{k: meta.get(k) for k in keys}})
+        finally:
+            iterator.close()
+        return rows
+
+    def search(self, vector: list[float], top_k: int, expr: str = "") -> list[dict[str, Any]]:
+        """
+        Vector search with an optional filter expression.
+
+        :param vector: The query vector.
+        :param top_k: Number of hits.
+        :param expr: A filter expression built only with `string_literal` for values.
+        :returns: Hits as `{id, distance, content, metadata}`.
+        """
+        self.load()
+        s = self.schema
+        res = self.client.search(
+            s.collection_name,
+            data=[vector],
+            anns_field=s.vector_field,
+            limit=top_k,
+            filter=expr,
+            output_fields=[s.content_field, s.metadata_field],
+            search_params={"metric_type": s.metric_type},
+        )
+        return [
+            {
+                "id": hit["id"],
+                "distance": float(hit["distance"]),
+                "content": hit["entity"].get(s.content_field, ""),
+                "metadata": hit["entity"].get(s.metadata_field) or {},
+            }
+            for hit in res[0]
+        ]
+
+
+def token_from_env(var: str | None) -> str | None:
+    """
+    Read a Milvus token from an environment variable, so that it never sits in YAML.
+
+    :param var: The variable name, or None.
+    :returns: The token, or None.
+    """
+    return os.environ.get(var) if var else None

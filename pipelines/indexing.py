@@ -1,0 +1,227 @@
+"""Incremental, failure-safe indexing of a knowledge folder.
+
+A file is re-indexed only when its bytes changed. New chunks are written next to the old ones (chunk ids
+include the file version), then the knowledge index file records the new version as active, and only then
+are superseded chunks deleted. Whatever fails midway, the previous version stays searchable, and the
+retriever returns only chunks of the active version, so old and new chunks of a document never mix.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from haystack import Document, Pipeline, logging
+from tqdm import tqdm
+
+from components.embedding_backends import model_dimension
+from components.knowledge_index import IndexedDocument, KnowledgeIndex
+from components.markdown_loader import file_version
+from components.milvus_chunk_writer import MilvusChunkWriter
+from components.offline_document_embedder import OfflineDocumentEmbedder
+from pipelines.loading import load_pipeline_file
+from pipelines.settings import DEFAULT_INDEXING_PIPELINE, Deployment
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class IndexSummary:
+    """What one indexing run did."""
+
+    files: int = 0
+    indexed: int = 0
+    chunks: int = 0
+    skipped: int = 0
+    deleted: int = 0
+    stale_chunks_removed: int = 0
+    characters: int = 0
+    seconds: float = 0.0
+    failures: list[dict[str, str]] = field(default_factory=list)
+    cleanup_error: str | None = None
+
+    @property
+    def failed(self) -> int:
+        """Number of files that could not be indexed."""
+        return len(self.failures)
+
+    @property
+    def chars_per_second(self) -> float:
+        """Embedded characters per second of the whole run."""
+        return self.characters / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the summary as plain JSON-ready data."""
+        return {
+            "files": self.files,
+            "indexed": self.indexed,
+            "chunks": self.chunks,
+            "skipped": self.skipped,
+            "failed": self.failed,
+            "deleted": self.deleted,
+            "stale_chunks_removed": self.stale_chunks_removed,
+            "characters": self.characters,
+            "seconds": round(self.seconds, 2),
+            "chars_per_second": round(self.chars_per_second, 1),
+            "failures": self.failures,
+            "cleanup_error": self.cleanup_error,
+        }
+
+
+def _entry(doc: Document, chunks: int) -> IndexedDocument:
+    meta = doc.meta
+    return IndexedDocument(
+        doc_id=meta["doc_id"],
+        source=meta["source"],
+        title=meta.get("title", ""),
+        category=meta.get("category", ""),
+        keywords=meta.get("keywords", []),
+        entities=meta.get("entities", []),
+        doc_version=meta["doc_version"],
+        chunks=chunks,
+    )
+
+
+class KnowledgeIndexer:
+    """
+    Runs the indexing pipeline (`pipelines/indexing.yaml`) incrementally over a knowledge folder.
+
+    ### Usage example
+
+    ```python
+    indexer = KnowledgeIndexer(Deployment.resolve("data"))
+    print(indexer.index("knowledge").as_dict())
+    ```
+    """
+
+    def __init__(
+        self,
+        deployment: Deployment,
+        pipeline_path: str | Path = DEFAULT_INDEXING_PIPELINE,
+        component_params: dict[str, dict[str, Any]] | None = None,
+        files_per_batch: int = 8,
+    ) -> None:
+        """
+        Load the indexing pipeline for a deployment.
+
+        :param deployment: Where the data goes.
+        :param pipeline_path: The indexing pipeline YAML.
+        :param component_params: Per-component init parameter overrides.
+        :param files_per_batch: Files run through the pipeline together (the unit of progress and of failure).
+        :raises ValueError: If the embedder's dimension does not match the collection's.
+        """
+        self.deployment = deployment
+        self.pipeline: Pipeline = load_pipeline_file(pipeline_path, deployment, component_params)
+        writer = self.pipeline.get_component("writer")
+        embedder = self.pipeline.get_component("embedder")
+        if not isinstance(writer, MilvusChunkWriter) or not isinstance(embedder, OfflineDocumentEmbedder):
+            msg = f"{pipeline_path} must have a MilvusChunkWriter 'writer' and an OfflineDocumentEmbedder 'embedder'"
+            raise ValueError(msg)
+        self.writer = writer
+        self.embedding_model = embedder.model
+        if model_dimension(self.embedding_model) != self.writer.dimension:
+            msg = (
+                f"writer.dimension={self.writer.dimension} does not match embedder.model={self.embedding_model!r} "
+                f"({model_dimension(self.embedding_model)}); set the writer's dimension to the model's"
+            )
+            raise ValueError(msg)
+        self.files_per_batch = files_per_batch
+
+    def _previous(self, rebuild: bool) -> KnowledgeIndex:
+        previous = KnowledgeIndex.load(self.deployment.index_path)
+        same_store = (
+            previous.milvus_uri == self.writer.uri
+            and previous.collection_name == self.writer.collection_name
+            and previous.embedding_model == self.embedding_model
+        )
+        if rebuild or not same_store or not self.writer.store.exists():
+            return KnowledgeIndex()
+        return previous
+
+    def _run_batch(self, root: Path, batch: list[Path], summary: IndexSummary) -> list[IndexedDocument]:
+        sources = [str(p) for p in batch]
+        try:
+            out = self.pipeline.run(
+                {"loader": {"sources": sources, "root": str(root)}}, include_outputs_from={"loader", "embedder"}
+            )
+        except Exception as err:  # e.g. the embedder failed: nothing of this batch was written
+            reason = str(getattr(err, "__cause__", None) or err)
+            logger.warning("Indexing batch failed: {reason}", reason=reason)
+            summary.failures.extend(
+                {"source": p.relative_to(root).as_posix(), "reason": f"indexing failed: {reason}"} for p in batch
+            )
+            return []
+        summary.failures.extend(out["loader"]["failures"])
+        summary.failures.extend(out["writer"]["failures"])
+        summary.characters += out.get("embedder", {}).get("meta", {}).get("characters", 0)
+        written = {d["source"]: d["chunks"] for d in out["writer"]["documents_written"]}
+        summary.chunks += sum(written.values())
+        return [
+            _entry(doc, written[doc.meta["source"]])
+            for doc in out["loader"]["documents"]
+            if doc.meta["source"] in written
+        ]
+
+    def index(self, knowledge_dir: str | Path, rebuild: bool = False, progress: bool = True) -> IndexSummary:
+        """
+        Index the markdown files of a folder: changed and new files are (re-)embedded, deleted ones removed.
+
+        :param knowledge_dir: The knowledge root.
+        :param rebuild: Drop the collection and index everything again.
+        :param progress: Show a progress bar.
+        :returns: The summary.
+        :raises FileNotFoundError: If the folder does not exist.
+        """
+        started = time.perf_counter()
+        root = Path(knowledge_dir).resolve()
+        if not root.is_dir():
+            msg = f"knowledge folder {root} does not exist"
+            raise FileNotFoundError(msg)
+        if rebuild:
+            self.writer.store.drop()
+        previous = self._previous(rebuild)
+        self.writer.warm_up()
+        old = previous.by_source()
+        files = sorted(root.rglob("*.md"))
+        versions = {p.relative_to(root).as_posix(): file_version(p.read_bytes()) for p in files}
+        todo = [
+            p
+            for p in files
+            if old.get(p.relative_to(root).as_posix(), None) is None
+            or old[p.relative_to(root).as_posix()].doc_version != versions[p.relative_to(root).as_posix()]
+        ]
+        summary = IndexSummary(files=len(files), skipped=len(files) - len(todo))
+        summary.deleted = len(set(old) - set(versions))
+        fresh: dict[str, IndexedDocument] = {}
+        batches = [todo[i : i + self.files_per_batch] for i in range(0, len(todo), self.files_per_batch)]
+        with tqdm(total=len(todo), desc="Indexing", unit="file", disable=not progress or not todo) as bar:
+            for batch in batches:
+                for entry in self._run_batch(root, batch, summary):
+                    fresh[entry.source] = entry
+                bar.update(len(batch))
+                bar.set_postfix(chunks=summary.chunks, failed=summary.failed)
+        summary.indexed = len(fresh)
+        # a file that failed keeps its previous version; a deleted file loses its entry
+        active = {src: doc for src, doc in old.items() if src in versions}
+        active.update(fresh)
+        KnowledgeIndex(
+            milvus_uri=self.writer.uri,
+            collection_name=self.writer.collection_name,
+            embedding_model=self.embedding_model,
+            documents=sorted(active.values(), key=lambda d: d.source),
+        ).save(self.deployment.index_path)
+        if fresh or summary.deleted or summary.failures or rebuild:
+            try:
+                summary.stale_chunks_removed = self.writer.remove_stale({s: d.doc_version for s, d in active.items()})
+            except Exception as err:  # harmless: stale chunks are never returned and the next run retries
+                logger.warning("Removing superseded chunks failed: {error}", error=err)
+                summary.cleanup_error = str(err)
+        self.writer.store.flush()
+        summary.seconds = time.perf_counter() - started
+        return summary
+
+    def close(self) -> None:
+        """Release the Milvus connection."""
+        self.writer.close()

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# One command from a fresh clone: set up, index knowledge/ into the embedded Milvus Lite store, run sample lookups.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export HAYSTACK_TELEMETRY_ENABLED=False
+.venv/bin/lookup-knowledge index --knowledge knowledge
+if .venv/bin/lookup-knowledge --help | grep -q " ask "; then
+  for q in "磁盘满了怎么办" "a customer was charged twice for one order" "how long do refunds take?"; do
+    echo
+    echo "=== lookup_knowledge: $q"
+    .venv/bin/lookup-knowledge ask "$q"
+  done
+fi

@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+os.environ["HAYSTACK_TELEMETRY_ENABLED"] = "False"
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+KNOWLEDGE_DIR = REPO_ROOT / "knowledge"
+
+TINY_DOCS = {
+    "alerts/disk.md": """---
+id: alerts-disk
+title: Disk Full Runbook
+category: alerts
+keywords: [disk full, inode]
+entities: [node_exporter]
+---
+# Disk Full Runbook
+
+## Diagnosis
+
+When disk usage on a node goes above 90 percent, find the largest folders with du and check /var/log first.
+
+## Remediation
+
+Rotate and compress old logs, then delete core dumps older than seven days.
+""",
+    "payments/refund.md": """---
+id: payments-refund
+title: 退款处理流程
+category: payments
+keywords: [退款, 原路退回]
+entities: [refund-worker]
+---
+# 退款处理流程
+
+## 退款时效
+
+退款在审核通过后七个工作日内原路退回。如果超过时效，请联系支付组。
+
+## 常见问题
+
+银行卡退款可能需要额外三天到账。
+""",
+    "faq/plans.md": """---
+id: faq-plans
+title: Subscription Plans
+category: product-faq
+keywords: [subscription, pricing]
+---
+# Subscription Plans
+
+## Tiers
+
+The Basic plan costs 10 dollars a month and includes three seats; the Pro plan adds API access.
+""",
+}
+
+
+def write_tiny_kb(root: Path) -> Path:
+    """Write a small three-document knowledge base (English and Chinese) and return its folder."""
+    for rel, text in TINY_DOCS.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def tiny_kb(tmp_path: Path) -> Path:
+    return write_tiny_kb(tmp_path / "knowledge")
+
+
+@pytest.fixture
+def repo_kb_copy(tmp_path: Path) -> Path:
+    target = tmp_path / "knowledge"
+    shutil.copytree(KNOWLEDGE_DIR, target)
+    return target
+
+
+@pytest.fixture
+def milvus_uri_for():
+    """Milvus Lite under the test's folder (the server tier overrides this fixture)."""
+
+    def make(folder: Path) -> str:
+        return str(folder / "data" / "milvus.db")
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def milvus_server(tmp_path_factory):
+    """A real Milvus standalone server on 127.0.0.1 for the whole session (the `milvus` PyPI package)."""
+    from tests.milvus_server import MilvusTestServer
+
+    server = MilvusTestServer(tmp_path_factory.mktemp("milvus-server"))
+    server.start(timeout=180)
+    yield server
+    server.stop()

@@ -1,0 +1,175 @@
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from components.embedding_backends import get_backend
+from components.knowledge_index import KnowledgeIndex
+from pipelines.indexing import KnowledgeIndexer
+from pipelines.settings import Deployment
+
+pytestmark = pytest.mark.integration
+
+
+def versions_by_source(indexer: KnowledgeIndexer) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = defaultdict(set)
+    for row in indexer.writer.store.scan_metadata():
+        found[row["source"]].add(row["doc_version"])
+    return dict(found)
+
+
+def top_content(indexer: KnowledgeIndexer, query: str) -> str:
+    vector = get_backend("multilingual-e5-small").embed_queries([query])[0].tolist()
+    return indexer.writer.store.search(vector, top_k=1)[0]["content"]
+
+
+class TestKnowledgeIndexer:
+    @pytest.fixture
+    def indexer(self, tmp_path: Path, milvus_uri_for):
+        deployment = Deployment.resolve(tmp_path / "data", milvus_uri=milvus_uri_for(tmp_path))
+        collection = f"kb_{uuid.uuid4().hex[:12]}"
+        idx = KnowledgeIndexer(deployment, component_params={"writer": {"collection_name": collection}})
+        yield idx
+        idx.writer.store.drop()
+        idx.close()
+
+    def test_first_run_indexes_everything_with_full_metadata(self, indexer, tiny_kb):
+        summary = indexer.index(tiny_kb, progress=False)
+        assert (summary.files, summary.indexed, summary.skipped, summary.failed) == (3, 3, 0, 0)
+        assert summary.chunks == indexer.writer.store.count() > 3
+        assert summary.characters > 0 and summary.chars_per_second > 0
+        rows = indexer.writer.store.client.query(
+            indexer.writer.collection_name, filter='metadata["doc_id"] == "payments-refund"', output_fields=["*"]
+        )
+        meta = rows[0]["metadata"]
+        for key in ("source", "doc_id", "title", "breadcrumb", "category", "keywords", "chunk_index", "total_chunks"):
+            assert key in meta, key
+        assert meta["source"] == "payments/refund.md" and meta["category"] == "payments"
+        assert meta["breadcrumb"].startswith("退款处理流程 > ")
+        assert sorted(r["metadata"]["chunk_index"] for r in rows) == list(range(meta["total_chunks"]))
+        index = KnowledgeIndex.load(indexer.deployment.index_path)
+        assert {d.doc_id for d in index.documents} == {"alerts-disk", "payments-refund", "faq-plans"}
+        assert next(d for d in index.documents if d.doc_id == "alerts-disk").entities == ["node_exporter"]
+
+    def test_unchanged_files_are_not_re_embedded(self, indexer, tiny_kb, monkeypatch):
+        indexer.index(tiny_kb, progress=False)
+        backend = get_backend("multilingual-e5-small")
+        monkeypatch.setattr(backend, "embed_passages", lambda texts: pytest.fail("re-embedded an unchanged file"))
+        summary = indexer.index(tiny_kb, progress=False)
+        assert (summary.indexed, summary.skipped, summary.chunks, summary.characters) == (0, 3, 0, 0)
+
+    def test_changed_file_replaces_its_chunks(self, indexer, tiny_kb):
+        indexer.index(tiny_kb, progress=False)
+        path = tiny_kb / "alerts/disk.md"
+        path.write_text(path.read_text().replace("seven days", "three days, and page the storage team"))
+        summary = indexer.index(tiny_kb, progress=False)
+        assert (summary.indexed, summary.skipped) == (1, 2)
+        versions = versions_by_source(indexer)
+        active = KnowledgeIndex.load(indexer.deployment.index_path).active_versions()
+        assert versions["alerts/disk.md"] == {active["alerts/disk.md"]}
+        assert "page the storage team" in top_content(indexer, "delete core dumps")
+
+    def test_embedding_failure_keeps_the_old_chunks(self, indexer, tiny_kb, monkeypatch):
+        indexer.index(tiny_kb, progress=False)
+        before = versions_by_source(indexer)
+        path = tiny_kb / "alerts/disk.md"
+        path.write_text(path.read_text().replace("seven days", "NEW TEXT"))
+
+        def broken(texts):
+            raise RuntimeError("embedding model crashed")
+
+        monkeypatch.setattr(get_backend("multilingual-e5-small"), "embed_passages", broken)
+        summary = indexer.index(tiny_kb, progress=False)
+        assert summary.failed == 1 and "embedding model crashed" in summary.failures[0]["reason"]
+        assert versions_by_source(indexer) == before
+        assert "seven days" in top_content(indexer, "delete core dumps older than")
+        monkeypatch.undo()
+        assert indexer.index(tiny_kb, progress=False).indexed == 1
+
+    def test_write_failure_cleans_partial_chunks_and_keeps_the_old(self, indexer, tiny_kb, monkeypatch):
+        indexer.index(tiny_kb, progress=False)
+        before = versions_by_source(indexer)
+        count_before = indexer.writer.store.count()
+        path = tiny_kb / "alerts/disk.md"
+        path.write_text(path.read_text() + "\n## Escalation\n\nCall the storage on-call after one hour.\n")
+        real_insert = indexer.writer.store.insert
+
+        def half_then_fail(rows):
+            real_insert(rows[: len(rows) // 2 or 1])
+            raise ConnectionError("milvus went away mid-write")
+
+        monkeypatch.setattr(indexer.writer.store, "insert", half_then_fail)
+        summary = indexer.index(tiny_kb, progress=False)
+        assert summary.failed == 1 and "milvus went away" in summary.failures[0]["reason"]
+        assert versions_by_source(indexer) == before
+        assert indexer.writer.store.count() == count_before
+        assert (
+            KnowledgeIndex.load(indexer.deployment.index_path).active_versions()["alerts/disk.md"]
+            in before["alerts/disk.md"]
+        )
+
+    def test_leftovers_of_a_failed_cleanup_are_removed_by_the_next_run(self, indexer, tiny_kb, monkeypatch):
+        indexer.index(tiny_kb, progress=False)
+        path = tiny_kb / "alerts/disk.md"
+        path.write_text(path.read_text() + "\n## Escalation\n\nCall the storage on-call after one hour.\n")
+        real_insert = indexer.writer.store.insert
+
+        def half_then_fail(rows):
+            real_insert(rows[: len(rows) // 2 or 1])
+            raise ConnectionError("write failed")
+
+        def delete_fails(ids):
+            raise ConnectionError("delete failed too")
+
+        monkeypatch.setattr(indexer.writer.store, "insert", half_then_fail)
+        monkeypatch.setattr(indexer.writer.store, "delete_ids", delete_fails)
+        indexer.index(tiny_kb, progress=False)
+        monkeypatch.undo()
+        assert len(versions_by_source(indexer)["alerts/disk.md"]) == 2  # the partial new version is left over
+        summary = indexer.index(tiny_kb, progress=False)
+        assert summary.indexed == 1 and summary.stale_chunks_removed > 0
+        active = KnowledgeIndex.load(indexer.deployment.index_path).active_versions()
+        assert versions_by_source(indexer)["alerts/disk.md"] == {active["alerts/disk.md"]}
+        entry = KnowledgeIndex.load(indexer.deployment.index_path).by_source()["alerts/disk.md"]
+        rows = [r for r in indexer.writer.store.scan_metadata() if r["source"] == "alerts/disk.md"]
+        assert len(rows) == entry.chunks
+
+    def test_deleted_file_loses_its_chunks(self, indexer, tiny_kb):
+        indexer.index(tiny_kb, progress=False)
+        (tiny_kb / "faq/plans.md").unlink()
+        summary = indexer.index(tiny_kb, progress=False)
+        assert summary.deleted == 1 and summary.stale_chunks_removed > 0
+        assert "faq/plans.md" not in versions_by_source(indexer)
+        assert "faq/plans.md" not in KnowledgeIndex.load(indexer.deployment.index_path).active_versions()
+
+    def test_malformed_file_is_reported_and_the_rest_indexed(self, indexer, tiny_kb):
+        (tiny_kb / "broken.md").write_text("---\ntitle: [oops\n---\n# x\n\ny", encoding="utf-8")
+        summary = indexer.index(tiny_kb, progress=False)
+        assert (summary.files, summary.indexed, summary.failed) == (4, 3, 1)
+        assert summary.failures[0]["source"] == "broken.md"
+        assert "not valid YAML" in summary.failures[0]["reason"]
+
+    def test_rebuild_re_embeds_everything(self, indexer, tiny_kb):
+        first = indexer.index(tiny_kb, progress=False)
+        again = indexer.index(tiny_kb, rebuild=True, progress=False)
+        assert again.indexed == 3 and again.chunks == first.chunks == indexer.writer.store.count()
+
+    def test_missing_folder_is_a_clear_error(self, indexer, tmp_path):
+        with pytest.raises(FileNotFoundError, match="does not exist"):
+            indexer.index(tmp_path / "nope", progress=False)
+
+    def test_dimension_mismatch_is_rejected(self, tmp_path):
+        with pytest.raises(ValueError, match=r"writer\.dimension=384"):
+            KnowledgeIndexer(
+                Deployment.resolve(tmp_path), component_params={"embedder": {"model": "use-multilingual-v3"}}
+            )
+
+    def test_vectors_in_store_match_the_embedder(self, indexer, tiny_kb):
+        indexer.index(tiny_kb, progress=False)
+        s = indexer.writer.store
+        row = s.client.query(s.schema.collection_name, filter="", limit=1, output_fields=["*"])[0]
+        assert np.isclose(np.linalg.norm(row["vector"]), 1.0, atol=1e-3)
