@@ -74,3 +74,37 @@ class KnowledgeIndex(BaseModel):
     def by_source(self) -> dict[str, IndexedDocument]:
         """Return the documents keyed by source."""
         return {doc.source: doc for doc in self.documents}
+
+
+class CachedKnowledgeIndex:
+    """
+    A knowledge index file read once and read again only when the file changes (another process re-indexed).
+
+    ### Usage example
+
+    ```python
+    cache = CachedKnowledgeIndex("data/knowledge_index.json")
+    index, changed = cache.get()
+    ```
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        """
+        :param path: The JSON file.
+        """
+        self.path = Path(path)
+        self._index = KnowledgeIndex()
+        self._mtime: float | None = None
+
+    def get(self) -> tuple[KnowledgeIndex, bool]:
+        """
+        Return the current index and whether it changed since the previous call.
+
+        :returns: `(index, changed)`; a missing file is an empty index.
+        """
+        mtime = self.path.stat().st_mtime_ns if self.path.exists() else 0
+        if mtime == self._mtime:
+            return self._index, False
+        self._index = KnowledgeIndex.load(self.path)
+        self._mtime = mtime
+        return self._index, True

@@ -42,6 +42,78 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_result(result: dict) -> None:
+    print(
+        f"found={result['found']} status={result['evidenceStatus']} relevance={result['relevanceLevel']} "
+        f"completeness={result['completenessHint']} trace={result.get('traceId')}"
+    )
+    print(result["message"])
+    hints = result["l0Hints"]
+    if hints["domains"] or hints["matchedKeywords"]:
+        print(
+            f"L0 hints: domains={hints['domains']} keywords={hints['matchedKeywords']} filter={hints['categoryFilter']}"
+        )
+    trace = result["retrievalTrace"]
+    if trace["fallbackReason"]:
+        print(f"retry: {trace['fallbackReason']}")
+    for block in result["evidenceBlocks"]:
+        print(
+            f"\n- {block['source']} | {block['breadcrumb']} | {block['score']:.3f} | {', '.join(block['hitReasons'])}"
+        )
+        text = " ".join(block["content"].split())
+        print(f"  {text[:300]}{'…' if len(text) > 300 else ''}")
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    from pipelines import load_pipeline, lookup
+    from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
+
+    pipeline = load_pipeline(args.pipeline or DEFAULT_LOOKUP_PIPELINE, data_dir=args.data_dir)
+    result = lookup(pipeline, args.query, session_id=args.session)
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False, indent=1))
+    else:
+        _print_result(result)
+    if result["evidenceStatus"] == "invalid_query":
+        print(f"lookup-knowledge: {result['error']}", file=sys.stderr)
+        return 2
+    if result["evidenceStatus"] == "error":
+        print(f"lookup-knowledge: {result['error']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from components.trace_store import TraceStore
+
+    deployment = Deployment.resolve(args.data_dir)
+    store = TraceStore(deployment.trace_db_url)
+    if args.action == "list":
+        rows = store.list(limit=args.limit, session_id=args.session)
+        if args.json:
+            print(
+                json.dumps(
+                    [r.model_dump(mode="json", exclude={"retrieval_details"}) for r in rows],
+                    ensure_ascii=False,
+                    indent=1,
+                )
+            )
+        for row in [] if args.json else rows:
+            print(
+                f"{row.id:>5}  {row.created_at:%Y-%m-%d %H:%M:%S}  {row.status:<16} found={row.found!s:<5} "
+                f"blocks={row.evidence_block_count:<2} {row.latency_ms:>7.1f} ms  session={row.session_id or '-'}  "
+                f"{row.query[:60]}"
+            )
+        return 0
+    if args.id is None:
+        raise ValueError("trace show needs an ID (see `lookup-knowledge trace list`)")
+    row = store.get(args.id)
+    if row is None:
+        raise ValueError(f"no tool_invocation row with id {args.id}")
+    print(json.dumps(row.model_dump(mode="json"), ensure_ascii=False, indent=None if not args.json else 1))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lookup-knowledge", description="Evidence-first knowledge lookup for agents")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -53,6 +125,23 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--json", action="store_true", help="print the summary as JSON")
     index.add_argument("--quiet", action="store_true", help="no progress bar")
     index.set_defaults(func=cmd_index)
+
+    ask = sub.add_parser("ask", help="one lookup_knowledge call")
+    ask.add_argument("query")
+    ask.add_argument("--session", default=None, help="session id: evidence already returned in it is not repeated")
+    ask.add_argument("--json", action="store_true", help="print exactly the LookupResult JSON")
+    ask.add_argument("--data-dir", default=None)
+    ask.add_argument("--pipeline", default=None, help="pipeline YAML (default: pipelines.yaml)")
+    ask.set_defaults(func=cmd_ask)
+
+    trace = sub.add_parser("trace", help="browse recorded tool_invocation rows")
+    trace.add_argument("action", choices=["list", "show"])
+    trace.add_argument("id", nargs="?", type=int)
+    trace.add_argument("--json", action="store_true")
+    trace.add_argument("--data-dir", default=None)
+    trace.add_argument("--limit", type=int, default=20)
+    trace.add_argument("--session", default=None)
+    trace.set_defaults(func=cmd_trace)
     return parser
 
 

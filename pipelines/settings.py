@@ -48,4 +48,9 @@ class Deployment:
 
     def overrides(self) -> dict[str, str]:
         """Init-parameter values that this deployment sets on every component that has the parameter."""
-        return {"uri": self.milvus_uri, "index_path": str(self.index_path), "database_url": self.trace_db_url}
+        return {
+            "uri": self.milvus_uri,
+            "index_path": str(self.index_path),
+            "database_url": self.trace_db_url,
+            "spool_path": str(self.data_dir / "trace_spool.jsonl"),
+        }

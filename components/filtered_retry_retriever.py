@@ -1,0 +1,354 @@
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from haystack import Document, component, logging
+from milvus_haystack import MilvusEmbeddingRetriever
+
+from components.json_metadata_document_store import JsonMetadataMilvusDocumentStore, json_filter_expression
+from components.knowledge_index import CachedKnowledgeIndex
+from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore, token_from_env
+
+logger = logging.getLogger(__name__)
+
+MODES = ("haystack", "sdk", "auto")
+NO_EVIDENCE = "filtered_vector_no_evidence"
+LOW_QUALITY = "filtered_vector_low_quality"
+SEMANTICS = {"L2": "l2_distance", "COSINE": "cosine_similarity", "IP": "inner_product"}
+
+
+def normalized_similarity(raw: float, metric_type: str) -> float:
+    """
+    Map a raw Milvus score to one similarity scale in [0, 1], the same for every metric and path.
+
+    For unit vectors, Milvus' L2 value is the squared distance `2 - 2cos`, so `1 - d/4` equals `(1 + cos) / 2`,
+    the mapping milvus-haystack uses for COSINE and IP: one threshold means the same thing everywhere.
+
+    :param raw: The raw score.
+    :param metric_type: `L2`, `COSINE` or `IP`.
+    :returns: The similarity, clipped to [0, 1].
+    """
+    value = 1 - raw / 4 if metric_type == "L2" else (raw + 1) / 2
+    return min(1.0, max(0.0, value))
+
+
+def raw_from_normalized(similarity: float, metric_type: str) -> float:
+    """
+    Invert milvus-haystack's score mapping to recover the raw metric value.
+
+    :param similarity: A score mapped by milvus-haystack.
+    :param metric_type: `L2`, `COSINE` or `IP`.
+    :returns: The raw value.
+    """
+    return 4 * (1 - similarity) if metric_type == "L2" else 2 * similarity - 1
+
+
+def evidence_key(meta: dict[str, Any], fallback: str) -> str:
+    """
+    Return the chunk-level identity of a candidate: `source#chunk_index`.
+
+    :param meta: The chunk metadata.
+    :param fallback: Used when the chunk has no source (a collection written by another tool).
+    :returns: The key.
+    """
+    source, index = meta.get("source"), meta.get("chunk_index")
+    if source is None:
+        return str(fallback)
+    return f"{source}#{index}" if index is not None else str(source)
+
+
+@component
+class FilteredRetryRetriever:
+    """
+    L1 retrieval from Milvus: a category-filtered attempt when L0 found one category, an unfiltered retry when needed.
+
+    With a `category_filter`, the filtered attempt is used when its top normalized similarity reaches
+    `reference_threshold`; when it finds nothing usable it is retried without a filter (`fallback_reason`
+    `filtered_vector_no_evidence`), and when its top similarity is below the threshold likewise
+    (`filtered_vector_low_quality`). Without a filter a single unfiltered attempt runs. Candidates below
+    `evidence_threshold` are not usable evidence, and chunks of a superseded document version are never returned.
+
+    `mode` picks the path: `haystack` (milvus-haystack's `MilvusEmbeddingRetriever`), `sdk` (pymilvus
+    `MilvusClient`), or `auto` (haystack first, sdk when it fails, the reason recorded). Every candidate carries its
+    raw score, what it means (`l2_distance`, `cosine_similarity`, `inner_product`), its path, and a normalized
+    similarity in [0, 1] as `Document.score`, on the same scale for both paths.
+
+    ### Usage example
+
+    ```python
+    from components.filtered_retry_retriever import FilteredRetryRetriever
+
+    retriever = FilteredRetryRetriever(uri="data/milvus.db", index_path="data/knowledge_index.json")
+    retriever.warm_up()
+    out = retriever.run(query_embedding=vector, category_filter="alerts")
+    print(out["retrieval_trace"]["fallback_reason"])
+    ```
+    """
+
+    def __init__(
+        self,
+        uri: str = "data/milvus.db",
+        index_path: str = "data/knowledge_index.json",
+        collection_name: str = "knowledge_chunks",
+        metric_type: str = "L2",
+        id_field: str = "id",
+        content_field: str = "content",
+        vector_field: str = "vector",
+        metadata_field: str = "metadata",
+        category_key: str = "category",
+        mode: str = "auto",
+        top_k: int = 10,
+        reference_threshold: float = 0.9,
+        evidence_threshold: float = 0.0,
+        enabled: bool = True,
+        token_env_var: str | None = "MILVUS_TOKEN",  # noqa: S107 - a variable name, not a secret
+    ) -> None:
+        """
+        Create the retriever; it connects in `warm_up` (or on first use).
+
+        :param uri: Milvus Lite `.db` path or server URI.
+        :param index_path: The knowledge index file (active document versions).
+        :param collection_name: The collection.
+        :param metric_type: The collection's metric: `L2`, `COSINE` or `IP`.
+        :param id_field: Primary key field.
+        :param content_field: Text field.
+        :param vector_field: Vector field.
+        :param metadata_field: JSON metadata field.
+        :param category_key: Metadata key the category filter applies to.
+        :param mode: `haystack`, `sdk` or `auto`.
+        :param top_k: Candidates per attempt.
+        :param reference_threshold: Lowest top similarity at which a filtered attempt is good enough.
+        :param evidence_threshold: Lowest similarity of a usable candidate.
+        :param enabled: With False, L1 does not run and the trace says so.
+        :param token_env_var: Environment variable holding a server token.
+        :raises ValueError: If a parameter is out of range.
+        """
+        if mode not in MODES:
+            msg = f"mode={mode!r} is not supported; use one of {list(MODES)}"
+            raise ValueError(msg)
+        if top_k < 1:
+            msg = f"top_k={top_k!r} must be positive; use e.g. 10"
+            raise ValueError(msg)
+        for name, value in (("reference_threshold", reference_threshold), ("evidence_threshold", evidence_threshold)):
+            if not 0.0 <= value <= 1.0:
+                msg = f"{name}={value!r} must be a normalized similarity in [0, 1]"
+                raise ValueError(msg)
+        self.uri = uri
+        self.index_path = index_path
+        self.collection_name = collection_name
+        self.metric_type = metric_type
+        self.id_field = id_field
+        self.content_field = content_field
+        self.vector_field = vector_field
+        self.metadata_field = metadata_field
+        self.category_key = category_key
+        self.mode = mode
+        self.top_k = top_k
+        self.reference_threshold = reference_threshold
+        self.evidence_threshold = evidence_threshold
+        self.enabled = enabled
+        self.token_env_var = token_env_var
+        self._schema = CollectionSchema(
+            collection_name=collection_name,
+            metric_type=metric_type,
+            id_field=id_field,
+            content_field=content_field,
+            vector_field=vector_field,
+            metadata_field=metadata_field,
+        )
+        self._schema.validate()
+        self._schema.json_key(category_key)
+        self._sdk: MilvusChunkStore | None = None
+        self._haystack: MilvusEmbeddingRetriever | None = None
+        self._versions = CachedKnowledgeIndex(index_path)
+
+    def warm_up(self) -> None:
+        """Connect the configured path(s). Failures surface per attempt in the trace, never here."""
+        if not self.enabled:
+            return
+        try:
+            if self.mode in ("haystack", "auto"):
+                self._haystack_retriever()
+            if self.mode == "sdk":
+                self._sdk_store().load()
+        except Exception as err:
+            logger.warning("Milvus is not reachable yet: {error}", error=err)
+
+    def close(self) -> None:
+        """Release the connections."""
+        if self._sdk is not None:
+            self._sdk.close()
+        self._sdk = None
+        self._haystack = None
+
+    def _sdk_store(self) -> MilvusChunkStore:
+        if self._sdk is None:
+            self._sdk = MilvusChunkStore(self.uri, self._schema, token_from_env(self.token_env_var))
+        return self._sdk
+
+    def _haystack_retriever(self) -> MilvusEmbeddingRetriever:
+        if self._haystack is None:
+            connection: dict[str, Any] = {"uri": self.uri}
+            token = token_from_env(self.token_env_var)
+            if token:
+                connection["token"] = token
+            store = JsonMetadataMilvusDocumentStore(
+                metadata_field=self.metadata_field,
+                connection_args=connection,
+                collection_name=self.collection_name,
+                primary_field=self.id_field,
+                text_field=self.content_field,
+                vector_field=self.vector_field,
+                index_params={"metric_type": self.metric_type, "index_type": "AUTOINDEX", "params": {}},
+                consistency_level="Strong",
+            )
+            if not store._collection_exists:
+                msg = f"collection {self.collection_name!r} does not exist; run `lookup-knowledge index` first"
+                raise LookupError(msg)
+            # no init filters: the retriever's `filters or self.filters` must never re-apply an old filter
+            self._haystack = MilvusEmbeddingRetriever(document_store=store, filters=None, top_k=self.top_k)
+        return self._haystack
+
+    def _filters(self, category: str) -> dict[str, Any] | None:
+        return {"field": f"meta.{self.category_key}", "operator": "==", "value": category} if category else None
+
+    def _search_haystack(self, vector: list[float], category: str, limit: int) -> list[Document]:
+        docs = self._haystack_retriever().run(query_embedding=vector, filters=self._filters(category), top_k=limit)
+        semantics = SEMANTICS[self.metric_type]
+        out = []
+        for doc in docs["documents"]:
+            similarity = float(doc.score or 0.0)
+            meta = {
+                **doc.meta,
+                "raw_score": raw_from_normalized(similarity, self.metric_type),
+                "score_semantics": semantics,
+                "retrieval_path": "haystack",
+            }
+            out.append(replace(doc, meta=meta, score=min(1.0, max(0.0, similarity))))
+        return out
+
+    def _search_sdk(self, vector: list[float], category: str, limit: int) -> list[Document]:
+        expr = json_filter_expression(self._filters(category), self._schema)
+        hits = self._sdk_store().search(vector, top_k=limit, expr=expr)
+        semantics = SEMANTICS[self.metric_type]
+        return [
+            Document(
+                id=hit["id"],
+                content=hit["content"],
+                score=normalized_similarity(hit["distance"], self.metric_type),
+                meta={
+                    **hit["metadata"],
+                    "raw_score": hit["distance"],
+                    "score_semantics": semantics,
+                    "retrieval_path": "sdk",
+                },
+            )
+            for hit in hits
+        ]
+
+    def _search(self, vector: list[float], category: str, limit: int, attempt: dict[str, Any]) -> list[Document]:
+        if self.mode == "sdk":
+            return self._search_sdk(vector, category, limit)
+        if self.mode == "haystack":
+            return self._search_haystack(vector, category, limit)
+        try:
+            return self._search_haystack(vector, category, limit)
+        except Exception as err:
+            attempt["fallback"] = {"from": "haystack", "to": "sdk", "reason": f"{type(err).__name__}: {err}"}
+            logger.warning("haystack path failed, using the sdk path: {error}", error=err)
+            return self._search_sdk(vector, category, limit)
+
+    def _active(self, docs: list[Document]) -> tuple[list[Document], int]:
+        index, _ = self._versions.get()
+        if not index.documents:
+            return docs, 0
+        active = index.active_versions()
+        kept = [
+            d
+            for d in docs
+            if not d.meta.get("doc_version") or active.get(d.meta.get("source", "")) == d.meta["doc_version"]
+        ]
+        return kept, len(docs) - len(kept)
+
+    def _attempt(self, name: str, vector: list[float], category: str, top_k: int) -> tuple[list[Document], dict]:
+        attempt: dict[str, Any] = {
+            "name": name,
+            "filter": {self.category_key: category} if category else None,
+            "mode": self.mode,
+            "path": None,
+            "raw_hits": 0,
+            "stale_dropped": 0,
+            "below_threshold_dropped": 0,
+            "candidate_count": 0,
+            "top_score": None,
+            "latency_ms": 0.0,
+            "error": None,
+        }
+        started = time.perf_counter()
+        docs: list[Document] = []
+        try:
+            hits = self._search(vector, category, top_k * 2, attempt)  # headroom for superseded versions
+            attempt["raw_hits"] = len(hits)
+            active, attempt["stale_dropped"] = self._active(hits)
+            usable = [d for d in active if (d.score or 0.0) >= self.evidence_threshold]
+            attempt["below_threshold_dropped"] = len(active) - len(usable)
+            docs = [
+                replace(d, meta={**d.meta, "attempt": name, "evidence_key": evidence_key(d.meta, d.id)})
+                for d in usable[:top_k]
+            ]
+            attempt["path"] = docs[0].meta["retrieval_path"] if docs else ("sdk" if "fallback" in attempt else None)
+        except Exception as err:
+            attempt["error"] = f"{type(err).__name__}: {err}"
+            logger.warning("L1 attempt {name} failed: {error}", name=name, error=err)
+        attempt["latency_ms"] = round((time.perf_counter() - started) * 1000, 2)
+        attempt["candidate_count"] = len(docs)
+        attempt["top_score"] = round(docs[0].score or 0.0, 4) if docs else None
+        return docs, attempt
+
+    @component.output_types(candidates=list[Document], retrieval_trace=dict[str, Any])
+    def run(
+        self, query_embedding: list[float], category_filter: str | None = None, top_k: int | None = None
+    ) -> dict[str, Any]:
+        """
+        Retrieve L1 candidates.
+
+        :param query_embedding: The query vector; empty (a rejected query) gives no candidates and no attempt.
+        :param category_filter: The L0 category, or empty for none.
+        :param top_k: Overrides the init `top_k`.
+        :returns: `candidates` (Documents with `score` = normalized similarity and `raw_score`,
+            `score_semantics`, `retrieval_path`, `attempt`, `evidence_key` in meta) and `retrieval_trace`
+            (`attempts`, `selected_attempt`, `fallback_reason`, `reference_threshold`, `l1_enabled`, `mode`).
+        """
+        top_k = top_k or self.top_k
+        trace: dict[str, Any] = {
+            "l1_enabled": self.enabled,
+            "mode": self.mode,
+            "reference_threshold": self.reference_threshold,
+            "evidence_threshold": self.evidence_threshold,
+            "attempts": [],
+            "selected_attempt": None,
+            "fallback_reason": None,
+        }
+        if not self.enabled or not query_embedding:
+            return {"candidates": [], "retrieval_trace": trace}
+        category = (category_filter or "").strip()
+        docs: list[Document] = []
+        if category:
+            docs, attempt = self._attempt("filtered", query_embedding, category, top_k)
+            trace["attempts"].append(attempt)
+            if not docs:
+                trace["fallback_reason"] = NO_EVIDENCE
+            elif (docs[0].score or 0.0) < self.reference_threshold:
+                trace["fallback_reason"] = LOW_QUALITY
+            else:
+                trace["selected_attempt"] = "filtered"
+        if trace["selected_attempt"] is None:
+            filtered = docs
+            docs, attempt = self._attempt("unfiltered", query_embedding, "", top_k)
+            trace["attempts"].append(attempt)
+            trace["selected_attempt"] = "unfiltered"
+            if filtered:  # low-quality filtered candidates still compete; dedup merges chunks found by both
+                docs = sorted(docs + filtered, key=lambda d: -(d.score or 0.0))
+        return {"candidates": docs, "retrieval_trace": trace}

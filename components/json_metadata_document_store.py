@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+from typing import Any
+
+from haystack import Document
+from haystack.errors import FilterError
+from milvus_haystack import MilvusDocumentStore
+
+from components.milvus_chunk_store import CollectionSchema, string_literal
+
+_COMPARISONS = ("==", "!=", ">", ">=", "<", "<=")
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return string_literal(value)
+    msg = f"unsupported filter value {value!r}; use a string, number or boolean"
+    raise FilterError(msg)
+
+
+def json_filter_expression(filters: dict[str, Any] | None, schema: CollectionSchema) -> str:
+    """
+    Translate Haystack filters on `meta.<key>` into a Milvus expression on the JSON metadata column.
+
+    Supports the comparison operators, `in` / `not in` (expanded to `==` / `!=` chains, since Milvus Lite refuses
+    `in` on JSON paths) and AND / OR / NOT. Values are always quoted literals, never pasted text.
+
+    :param filters: Haystack filters, or None.
+    :param schema: The collection schema (names the metadata column).
+    :returns: The expression ("" for no filter).
+    :raises FilterError: For an unsupported field, operator or value.
+    """
+    if not filters:
+        return ""
+    if "conditions" in filters:
+        operator = filters.get("operator")
+        parts = [json_filter_expression(c, schema) for c in filters["conditions"]]
+        if operator == "NOT":
+            return f"not ({' and '.join(parts)})"
+        if operator in ("AND", "OR"):
+            return "(" + f" {operator.lower()} ".join(parts) + ")"
+        msg = f"unsupported logical operator {operator!r}"
+        raise FilterError(msg)
+    field, operator, value = filters.get("field", ""), filters.get("operator"), filters.get("value")
+    if not field.startswith("meta."):
+        msg = f"filter field {field!r} must start with 'meta.'"
+        raise FilterError(msg)
+    key = schema.json_key(field[5:])
+    if operator in _COMPARISONS:
+        return f"({key} {operator} {_literal(value)})"
+    if operator in ("in", "not in") and isinstance(value, list) and value:
+        joiner, op = (" or ", "==") if operator == "in" else (" and ", "!=")
+        return "(" + joiner.join(f"{key} {op} {_literal(v)}" for v in value) + ")"
+    msg = f"unsupported filter operator {operator!r} with value {value!r}"
+    raise FilterError(msg)
+
+
+class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
+    """
+    milvus-haystack's `MilvusDocumentStore` for collections that keep metadata in one JSON column.
+
+    The stock store cannot filter inside a JSON field (`meta.category` becomes `category == ...`) and returns the
+    column nested as `meta["metadata"]`. This subclass translates `meta.<key>` filters to `metadata["<key>"]`
+    expressions and flattens the column into `Document.meta`; search, score mapping and parsing stay milvus-haystack's.
+
+    ### Usage example
+
+    ```python
+    store = JsonMetadataMilvusDocumentStore(
+        connection_args={"uri": "data/milvus.db"}, collection_name="knowledge_chunks", text_field="content",
+        index_params={"metric_type": "L2", "index_type": "AUTOINDEX", "params": {}},
+    )
+    ```
+    """
+
+    def __init__(self, *, metadata_field: str = "metadata", **kwargs: Any) -> None:
+        """
+        Open the store (this connects, as `MilvusDocumentStore` does).
+
+        :param metadata_field: The JSON metadata column.
+        :param kwargs: `MilvusDocumentStore` arguments.
+        """
+        super().__init__(**kwargs)
+        self.metadata_field = metadata_field
+        self._schema = CollectionSchema(
+            collection_name=self.collection_name,
+            id_field=self._primary_field,
+            content_field=self._text_field,
+            vector_field=self._vector_field,
+            metadata_field=metadata_field,
+        )
+
+    def _embedding_retrieval(
+        self,
+        query_embedding: list[float],
+        filters: dict[str, Any] | None = None,
+        top_k: int = 10,
+        query_text: str | None = None,
+    ) -> list[Document]:
+        if not self._collection_exists:
+            return []
+        res = self.client.search(
+            self.collection_name,
+            data=[query_embedding],
+            anns_field=self._vector_field,
+            search_params=self.search_params,
+            limit=top_k,
+            filter=json_filter_expression(filters, self._schema),
+            output_fields=[self._primary_field, self._text_field, self.metadata_field],
+            partition_names=self.partition_names,
+        )
+        docs = self._parse_search_result(res, distance_to_score_fn=self._select_score_fn())
+        for doc in docs:
+            nested = doc.meta.pop(self.metadata_field, None) or {}
+            doc.meta.update(nested)
+        return docs
+
+    def _parse_document(self, data: dict) -> Document:
+        data.setdefault(self._vector_field, [])  # vectors are not fetched: they are not needed for evidence
+        return super()._parse_document(data)

@@ -1,0 +1,165 @@
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from haystack import component, logging
+
+from components.knowledge_index import CachedKnowledgeIndex, KnowledgeIndex
+
+logger = logging.getLogger(__name__)
+
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_KINDS = ("title", "keyword", "entity", "category")
+
+
+def _matches(term: str, query: str) -> bool:
+    """English terms match on word boundaries, terms with CJK characters as substrings."""
+    start = query.find(term)
+    if start < 0:
+        return False
+    if _CJK.search(term):
+        return True
+    pattern = rf"(?<![\w]){re.escape(term)}(?![\w])"
+    return re.search(pattern, query) is not None
+
+
+@dataclass
+class _TermIndex:
+    """Hint terms of the knowledge base: term -> kind -> document positions."""
+
+    documents: list[Any] = field(default_factory=list)
+    terms: dict[str, dict[str, set[int]]] = field(default_factory=dict)
+    originals: dict[str, str] = field(default_factory=dict)  # folded term -> spelling in the knowledge base
+
+
+@component
+class L0HintProvider:
+    """
+    Understands a query through the knowledge base's titles, keywords, categories and entities (layer L0).
+
+    L0 never produces evidence: its output is hint data for the L1 filter, the reranker and the trace. English
+    terms match on word boundaries (case-insensitive), Chinese terms as substrings. Terms too short to mean
+    anything, and keywords shared by more than `max_keyword_doc_fraction` of the documents, carry no signal and are
+    ignored. When the matched documents and category names point at exactly one nonblank category, it becomes
+    `category_filter` for L1; zero or several give no filter.
+
+    ### Usage example
+
+    ```python
+    from components.l0_hint_provider import L0HintProvider
+
+    l0 = L0HintProvider(index_path="data/knowledge_index.json")
+    out = l0.run(query="磁盘满了怎么办")
+    print(out["hints"]["domains"], out["category_filter"])
+    ```
+    """
+
+    def __init__(
+        self,
+        index_path: str = "data/knowledge_index.json",
+        min_term_chars: int = 3,
+        min_cjk_term_chars: int = 2,
+        max_keyword_doc_fraction: float = 0.3,
+        enabled: bool = True,
+    ) -> None:
+        """
+        Create the provider; the knowledge index is read in `warm_up` and re-read when the file changes.
+
+        :param index_path: The knowledge index file written by `lookup-knowledge index`.
+        :param min_term_chars: Shortest English term that may match.
+        :param min_cjk_term_chars: Shortest term with Chinese characters that may match.
+        :param max_keyword_doc_fraction: Keywords found in more than this fraction of documents are ignored.
+        :param enabled: With False, no hints and no filter are produced.
+        :raises ValueError: If a bound is out of range.
+        """
+        if min_term_chars < 1 or min_cjk_term_chars < 1:
+            msg = f"min_term_chars={min_term_chars!r} and min_cjk_term_chars={min_cjk_term_chars!r} must be >= 1"
+            raise ValueError(msg)
+        if not 0 < max_keyword_doc_fraction <= 1:
+            msg = f"max_keyword_doc_fraction={max_keyword_doc_fraction!r} must be in (0, 1]; use e.g. 0.3"
+            raise ValueError(msg)
+        self.index_path = index_path
+        self.min_term_chars = min_term_chars
+        self.min_cjk_term_chars = min_cjk_term_chars
+        self.max_keyword_doc_fraction = max_keyword_doc_fraction
+        self.enabled = enabled
+        self._cache = CachedKnowledgeIndex(index_path)
+        self._index = _TermIndex()
+
+    def _long_enough(self, term: str) -> bool:
+        limit = self.min_cjk_term_chars if _CJK.search(term) else self.min_term_chars
+        return len(term) >= limit
+
+    def _build(self, index: KnowledgeIndex) -> _TermIndex:
+        terms: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+        originals: dict[str, str] = {}
+        for pos, doc in enumerate(index.documents):
+            for kind, values in (
+                ("title", [doc.title]),
+                ("keyword", doc.keywords),
+                ("entity", doc.entities),
+                ("category", [doc.category]),
+            ):
+                for value in values:
+                    term = value.strip().casefold()
+                    if term and self._long_enough(term):
+                        terms[term][kind].add(pos)
+                        originals.setdefault(term, value.strip())
+        limit = max(1, int(self.max_keyword_doc_fraction * len(index.documents)))
+        for term in list(terms):
+            if len(terms[term].get("keyword", ())) > limit:
+                terms[term].pop("keyword")
+            if not terms[term]:
+                del terms[term]
+        return _TermIndex(
+            documents=list(index.documents),
+            terms={t: dict(k) for t, k in terms.items()},
+            originals=originals,
+        )
+
+    def warm_up(self) -> None:
+        """Read the knowledge index (again, if the file changed since the last read)."""
+        index, changed = self._cache.get()
+        if changed:
+            self._index = self._build(index)
+
+    @staticmethod
+    def empty_hints() -> dict[str, list[str]]:
+        """Return hint data with nothing matched."""
+        return {"matched_titles": [], "matched_keywords": [], "domains": [], "entities": [], "matched_doc_ids": []}
+
+    @component.output_types(hints=dict[str, Any], category_filter=str)
+    def run(self, query: str) -> dict[str, Any]:
+        """
+        Match the query against the knowledge base's hint terms.
+
+        :param query: The normalized query; empty gives empty hints.
+        :returns: `hints` (`matched_titles`, `matched_keywords`, `domains`, `entities`, `matched_doc_ids`) and
+            `category_filter` (the single unambiguous category, or an empty string).
+        """
+        hints = self.empty_hints()
+        if not self.enabled or not query.strip():
+            return {"hints": hints, "category_filter": ""}
+        self.warm_up()
+        folded = query.casefold()
+        matched: dict[str, set[str]] = {kind: set() for kind in _KINDS}
+        docs: set[int] = set()
+        for term, kinds in self._index.terms.items():
+            if not _matches(term, folded):
+                continue
+            for kind, positions in kinds.items():
+                matched[kind].add(term)
+                if kind != "category":
+                    docs |= positions
+        documents, spelled = self._index.documents, self._index.originals
+        domains = {documents[p].category for p in docs} | {spelled[c] for c in matched["category"]}
+        hints["matched_titles"] = sorted(spelled[t] for t in matched["title"])
+        hints["matched_keywords"] = sorted(spelled[t] for t in matched["keyword"])
+        hints["entities"] = sorted(spelled[t] for t in matched["entity"])
+        hints["domains"] = sorted(d for d in domains if d.strip())
+        hints["matched_doc_ids"] = sorted(documents[p].doc_id for p in docs)
+        category_filter = hints["domains"][0] if len(hints["domains"]) == 1 else ""
+        return {"hints": hints, "category_filter": category_filter}

@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+from typing import Any
+
+from haystack import Document, component, logging
+
+from components.trace_store import TraceStore
+
+logger = logging.getLogger(__name__)
+
+
+@component
+class SessionEvidenceFilter:
+    """
+    Holds back evidence already returned earlier in the same session, so an agent never consumes it twice.
+
+    The memory is the trace store itself: the evidence keys of earlier `found` lookups of the session. Without a
+    `session_id` nothing is held back. If the trace store cannot be read, nothing is held back and the summary
+    says why (better a repeat than a lost answer).
+
+    ### Usage example
+
+    ```python
+    from components.session_evidence_filter import SessionEvidenceFilter
+
+    out = SessionEvidenceFilter(database_url="sqlite:///data/traces.db").run(documents=blocks, session_id="s1")
+    print(out["session_summary"]["suppressed"])
+    ```
+    """
+
+    def __init__(self, database_url: str = "sqlite:///data/traces.db", spool_path: str | None = None) -> None:
+        """
+        Create the filter.
+
+        :param database_url: The trace database (SQLAlchemy URL).
+        :param spool_path: The trace spool file, whose rows also count.
+        :raises ValueError: If `database_url` is empty.
+        """
+        if not database_url:
+            msg = "database_url='' must be a SQLAlchemy URL such as sqlite:///data/traces.db"
+            raise ValueError(msg)
+        self.database_url = database_url
+        self.spool_path = spool_path
+        self._store = TraceStore(database_url, spool_path)
+
+    def close(self) -> None:
+        """Release the database connection."""
+        self._store.close()
+
+    @component.output_types(documents=list[Document], session_summary=dict[str, Any])
+    def run(self, documents: list[Document], session_id: str | None = None) -> dict[str, Any]:
+        """
+        Drop blocks whose evidence key was already returned in the session.
+
+        :param documents: Final evidence blocks.
+        :param session_id: The caller's session; empty means no session dedup.
+        :returns: `documents` (the new blocks) and `session_summary` (`session_id`, `previously_returned`,
+            `suppressed` keys, `error`).
+        """
+        summary: dict[str, Any] = {"session_id": session_id or None, "previously_returned": 0, "suppressed": []}
+        if not session_id or not documents:
+            return {"documents": list(documents), "session_summary": summary}
+        try:
+            seen = self._store.returned_evidence_keys(session_id)
+        except Exception as err:
+            logger.warning("Session memory unavailable: {error}", error=type(err).__name__)
+            summary["error"] = f"session memory unavailable: {type(err).__name__}"
+            return {"documents": list(documents), "session_summary": summary}
+        fresh = [d for d in documents if d.meta.get("evidence_key") not in seen]
+        summary["previously_returned"] = len(seen)
+        summary["suppressed"] = [d.meta.get("evidence_key") for d in documents if d.meta.get("evidence_key") in seen]
+        return {"documents": fresh, "session_summary": summary}
