@@ -107,10 +107,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
         return 0
     if args.id is None:
         raise ValueError("trace show needs an ID (see `lookup-knowledge trace list`)")
-    row = store.get(args.id)
-    if row is None:
+    found = store.get(args.id)
+    if found is None:
         raise ValueError(f"no tool_invocation row with id {args.id}")
-    print(json.dumps(row.model_dump(mode="json"), ensure_ascii=False, indent=None if not args.json else 1))
+    print(json.dumps(found.model_dump(mode="json"), ensure_ascii=False, indent=1))
     return 0
 
 
