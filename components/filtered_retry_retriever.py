@@ -301,7 +301,7 @@ class FilteredRetryRetriever:
             attempt["path"] = docs[0].meta["retrieval_path"] if docs else ("sdk" if "fallback" in attempt else None)
         except Exception as err:
             attempt["error"] = f"{type(err).__name__}: {err}"
-            logger.warning("L1 attempt {name} failed: {error}", name=name, error=err)
+            logger.warning("L1 attempt {attempt} failed: {error}", attempt=name, error=err)
         attempt["latency_ms"] = round((time.perf_counter() - started) * 1000, 2)
         attempt["candidate_count"] = len(docs)
         attempt["top_score"] = round(docs[0].score or 0.0, 4) if docs else None

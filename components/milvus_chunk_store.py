@@ -179,7 +179,7 @@ class MilvusChunkStore:
         index = self.client.prepare_index_params()
         index.add_index(field_name=s.vector_field, index_type=s.index_type, metric_type=s.metric_type)
         self.client.create_collection(s.collection_name, schema=fields, index_params=index)
-        logger.info("Created Milvus collection {name}", name=s.collection_name)
+        logger.info("Created Milvus collection {collection}", collection=s.collection_name)
 
     def drop(self) -> None:
         """Drop the collection if it exists."""

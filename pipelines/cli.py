@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging as stdlib_logging
 import os
 import sys
 from collections.abc import Sequence
@@ -153,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     :returns: The exit code: 0 success, 2 bad input, 1 internal failure.
     """
     args = build_parser().parse_args(argv)
+    # pymilvus logs every failed RPC itself; the CLI reports failures once, and the trace keeps the details
+    stdlib_logging.getLogger("pymilvus").setLevel(stdlib_logging.CRITICAL)
     try:
         return int(args.func(args))
     except (FileNotFoundError, ValueError) as err:

@@ -1,0 +1,506 @@
+from __future__ import annotations
+
+import copy
+import uuid
+from pathlib import Path
+
+import pytest
+from haystack.core.serialization import component_from_dict, component_to_dict
+
+from components.embedding_backends import get_backend
+from components.filtered_retry_retriever import (
+    LOW_QUALITY,
+    NO_EVIDENCE,
+    FilteredRetryRetriever,
+    normalized_similarity,
+    raw_from_normalized,
+)
+from components.knowledge_index import KnowledgeIndex
+from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore
+from pipelines.indexing import KnowledgeIndexer
+from pipelines.settings import Deployment
+from tests.conftest import write_tiny_kb
+
+DISK_QUESTION = "the disk on a node is full, what should I do"
+INJECTION = 'alerts" or metadata["category"] != "x'
+CANDIDATE_META = ("raw_score", "score_semantics", "retrieval_path", "attempt", "evidence_key")
+
+
+def embed(query: str) -> list[float]:
+    return get_backend("multilingual-e5-small").embed_queries([query])[0].tolist()
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    """The tiny knowledge base indexed once into Milvus Lite for the whole module."""
+    root = tmp_path_factory.mktemp("retriever")
+    kb = write_tiny_kb(root / "knowledge")
+    indexer = KnowledgeIndexer(Deployment.resolve(root / "data"))
+    try:
+        summary = indexer.index(kb, progress=False)
+    finally:
+        indexer.close()
+    assert summary.indexed == 3 and summary.failed == 0
+    return root / "data"
+
+
+@pytest.fixture(scope="module")
+def disk_vector() -> list[float]:
+    return embed(DISK_QUESTION)
+
+
+@pytest.fixture
+def make_retriever(data_dir):
+    made: list[FilteredRetryRetriever] = []
+
+    def make(**kwargs) -> FilteredRetryRetriever:
+        params = {"uri": str(data_dir / "milvus.db"), "index_path": str(data_dir / "knowledge_index.json")}
+        params.update(kwargs)
+        retriever = FilteredRetryRetriever(**params)
+        made.append(retriever)
+        return retriever
+
+    yield make
+    for retriever in made:
+        retriever.close()
+
+
+def attempt_names(out: dict) -> list[str]:
+    return [a["name"] for a in out["retrieval_trace"]["attempts"]]
+
+
+class TestFilteredRetryRetriever:
+    # --- init, validation, serialization ---------------------------------------------------------------------
+
+    def test_init_defaults(self):
+        retriever = FilteredRetryRetriever()
+        assert retriever.uri == "data/milvus.db"
+        assert retriever.index_path == "data/knowledge_index.json"
+        assert retriever.collection_name == "knowledge_chunks"
+        assert retriever.metric_type == "L2"
+        assert (retriever.id_field, retriever.content_field) == ("id", "content")
+        assert (retriever.vector_field, retriever.metadata_field) == ("vector", "metadata")
+        assert retriever.category_key == "category"
+        assert retriever.mode == "auto"
+        assert retriever.top_k == 10
+        assert retriever.reference_threshold == 0.9
+        assert retriever.evidence_threshold == 0.0
+        assert retriever.enabled is True
+        assert retriever.token_env_var == "MILVUS_TOKEN"
+
+    def test_init_does_not_connect(self, tmp_path):
+        FilteredRetryRetriever(uri=str(tmp_path / "nowhere" / "milvus.db"))
+        assert not (tmp_path / "nowhere").exists()
+
+    @pytest.mark.parametrize(
+        ("kwargs", "match"),
+        [
+            ({"mode": "fast"}, "mode='fast'"),
+            ({"top_k": 0}, "top_k=0"),
+            ({"reference_threshold": 1.5}, "reference_threshold=1.5"),
+            ({"reference_threshold": -0.1}, r"reference_threshold=-0\.1"),
+            ({"evidence_threshold": 2.0}, r"evidence_threshold=2\.0"),
+            ({"metric_type": "HAMMING"}, "metric_type='HAMMING'"),
+            ({"id_field": "1bad"}, "id_field='1bad'"),
+            ({"collection_name": "bad-name"}, "collection_name='bad-name'"),
+            ({"category_key": 'category"]'}, "metadata key"),
+        ],
+    )
+    def test_invalid_init(self, kwargs, match):
+        with pytest.raises(ValueError, match=match):
+            FilteredRetryRetriever(**kwargs)
+
+    def test_to_dict_from_dict_keeps_every_parameter(self):
+        params = {
+            "uri": "http://127.0.0.1:19530",
+            "index_path": "/srv/kb/knowledge_index.json",
+            "collection_name": "kb_other",
+            "metric_type": "COSINE",
+            "id_field": "pk",
+            "content_field": "text",
+            "vector_field": "emb",
+            "metadata_field": "meta_json",
+            "category_key": "section",
+            "mode": "sdk",
+            "top_k": 4,
+            "reference_threshold": 0.75,
+            "evidence_threshold": 0.3,
+            "enabled": False,
+            "token_env_var": "OTHER_TOKEN",
+        }
+        data = component_to_dict(FilteredRetryRetriever(**params), "retriever")
+        assert data["init_parameters"] == params
+        restored = component_from_dict(FilteredRetryRetriever, data, "retriever")
+        assert {name: getattr(restored, name) for name in params} == params
+
+    # --- pure score mapping --------------------------------------------------------------------------------------
+
+    def test_normalized_similarity_fixed_points(self):
+        assert normalized_similarity(0.0, "L2") == 1.0
+        assert normalized_similarity(4.0, "L2") == 0.0
+        assert normalized_similarity(2.0, "L2") == pytest.approx(0.5)
+        assert normalized_similarity(1.0, "COSINE") == 1.0
+        assert normalized_similarity(-1.0, "COSINE") == 0.0
+        assert normalized_similarity(0.0, "IP") == pytest.approx(0.5)
+
+    def test_normalized_similarity_is_clipped(self):
+        assert normalized_similarity(5.0, "L2") == 0.0
+        assert normalized_similarity(-0.5, "L2") == 1.0
+        assert normalized_similarity(1.2, "IP") == 1.0
+        assert normalized_similarity(-3.0, "IP") == 0.0
+
+    @pytest.mark.parametrize("distance", [0.0, 0.3, 1.0, 1.7, 2.5, 4.0])
+    def test_l2_and_cosine_agree_for_unit_vectors(self, distance):
+        cosine = 1 - distance / 2  # Milvus' L2 value for unit vectors is 2 - 2cos
+        assert normalized_similarity(distance, "L2") == pytest.approx(normalized_similarity(cosine, "COSINE"))
+
+    @pytest.mark.parametrize("metric", ["L2", "COSINE", "IP"])
+    @pytest.mark.parametrize("similarity", [0.0, 0.25, 0.5, 0.9, 1.0])
+    def test_raw_from_normalized_inverts(self, metric, similarity):
+        raw = raw_from_normalized(similarity, metric)
+        assert normalized_similarity(raw, metric) == pytest.approx(similarity)
+
+    # --- run behaviour against a real Milvus Lite store -----------------------------------------------------------
+
+    @pytest.mark.integration
+    def test_no_category_runs_one_unfiltered_attempt(self, make_retriever, disk_vector):
+        out = make_retriever(mode="sdk").run(query_embedding=disk_vector)
+        trace = out["retrieval_trace"]
+        assert attempt_names(out) == ["unfiltered"]
+        assert trace["selected_attempt"] == "unfiltered"
+        assert trace["fallback_reason"] is None
+        assert trace["l1_enabled"] is True and trace["mode"] == "sdk"
+        attempt = trace["attempts"][0]
+        assert attempt["filter"] is None and attempt["error"] is None and attempt["path"] == "sdk"
+        candidates = out["candidates"]
+        assert attempt["candidate_count"] == len(candidates) > 0
+        assert {d.meta["category"] for d in candidates} == {"alerts", "payments", "product-faq"}
+        assert candidates[0].meta["source"] == "alerts/disk.md"
+        assert attempt["top_score"] == pytest.approx(candidates[0].score, abs=1e-4)
+        scores = [d.score for d in candidates]
+        assert scores == sorted(scores, reverse=True)
+
+    @pytest.mark.integration
+    def test_blank_category_counts_as_none(self, make_retriever, disk_vector):
+        out = make_retriever(mode="sdk").run(query_embedding=disk_vector, category_filter="   ")
+        assert attempt_names(out) == ["unfiltered"]
+        assert out["retrieval_trace"]["fallback_reason"] is None
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("mode", ["sdk", "haystack"])
+    def test_good_filtered_attempt_is_used_alone(self, make_retriever, disk_vector, mode):
+        out = make_retriever(mode=mode, reference_threshold=0.5).run(
+            query_embedding=disk_vector, category_filter="alerts"
+        )
+        trace = out["retrieval_trace"]
+        assert attempt_names(out) == ["filtered"]
+        assert trace["selected_attempt"] == "filtered"
+        assert trace["fallback_reason"] is None
+        assert trace["attempts"][0]["filter"] == {"category": "alerts"}
+        candidates = out["candidates"]
+        assert candidates and candidates[0].score >= 0.5
+        assert {d.meta["category"] for d in candidates} == {"alerts"}
+        assert {d.meta["attempt"] for d in candidates} == {"filtered"}
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("mode", ["sdk", "haystack", "auto"])
+    def test_category_without_matches_falls_back_unfiltered(self, make_retriever, disk_vector, mode):
+        out = make_retriever(mode=mode, reference_threshold=0.5).run(
+            query_embedding=disk_vector, category_filter="nonexistent"
+        )
+        trace = out["retrieval_trace"]
+        assert attempt_names(out) == ["filtered", "unfiltered"]
+        assert trace["fallback_reason"] == NO_EVIDENCE
+        assert trace["selected_attempt"] == "unfiltered"
+        filtered, unfiltered = trace["attempts"]
+        assert filtered["candidate_count"] == 0 and filtered["error"] is None
+        assert unfiltered["candidate_count"] > 0
+        assert out["candidates"] and {d.meta["attempt"] for d in out["candidates"]} == {"unfiltered"}
+
+    @pytest.mark.integration
+    def test_low_quality_filtered_attempt_is_retried(self, make_retriever, disk_vector):
+        out = make_retriever(mode="sdk", reference_threshold=0.99).run(
+            query_embedding=disk_vector, category_filter="product-faq"
+        )
+        trace = out["retrieval_trace"]
+        assert attempt_names(out) == ["filtered", "unfiltered"]
+        assert trace["fallback_reason"] == LOW_QUALITY
+        assert trace["selected_attempt"] == "unfiltered"
+        filtered = trace["attempts"][0]
+        assert filtered["candidate_count"] > 0 and filtered["top_score"] < 0.99
+        candidates = out["candidates"]
+        # the disk runbook found by the retry outranks the weak filtered hits
+        assert candidates[0].meta["source"] == "alerts/disk.md"
+        assert candidates[0].meta["attempt"] == "unfiltered"
+        # low-quality filtered candidates still compete
+        assert any(d.meta["attempt"] == "filtered" and d.meta["category"] == "product-faq" for d in candidates)
+        scores = [d.score for d in candidates]
+        assert scores == sorted(scores, reverse=True)
+
+    @pytest.mark.integration
+    def test_evidence_threshold_drops_weak_candidates(self, make_retriever, disk_vector):
+        baseline = make_retriever(mode="sdk").run(query_embedding=disk_vector)["candidates"]
+        assert len(baseline) >= 3
+        threshold = (baseline[1].score + baseline[2].score) / 2
+        assert baseline[1].score > threshold > baseline[2].score
+        out = make_retriever(mode="sdk", evidence_threshold=threshold).run(query_embedding=disk_vector)
+        assert [d.id for d in out["candidates"]] == [d.id for d in baseline[:2]]
+        attempt = out["retrieval_trace"]["attempts"][0]
+        assert attempt["below_threshold_dropped"] == len(baseline) - 2
+
+    @pytest.mark.integration
+    def test_evidence_threshold_near_one_leaves_no_candidates(self, make_retriever, disk_vector):
+        out = make_retriever(mode="sdk", evidence_threshold=0.999).run(
+            query_embedding=disk_vector, category_filter="alerts"
+        )
+        trace = out["retrieval_trace"]
+        assert out["candidates"] == []
+        assert attempt_names(out) == ["filtered", "unfiltered"]
+        assert trace["fallback_reason"] == NO_EVIDENCE
+        for attempt in trace["attempts"]:
+            assert attempt["candidate_count"] == 0
+            assert attempt["top_score"] is None
+            assert attempt["raw_hits"] > 0 and attempt["below_threshold_dropped"] == attempt["raw_hits"]
+
+    @pytest.mark.integration
+    def test_top_k_override(self, make_retriever, disk_vector):
+        retriever = make_retriever(mode="sdk")
+        full = retriever.run(query_embedding=disk_vector)["candidates"]
+        out = retriever.run(query_embedding=disk_vector, top_k=2)
+        assert [d.id for d in out["candidates"]] == [d.id for d in full[:2]]
+
+    def test_disabled_runs_no_attempt(self, disk_vector, tmp_path):
+        retriever = FilteredRetryRetriever(
+            uri=str(tmp_path / "milvus.db"), index_path=str(tmp_path / "index.json"), enabled=False
+        )
+        out = retriever.run(query_embedding=disk_vector, category_filter="alerts")
+        trace = out["retrieval_trace"]
+        assert out["candidates"] == []
+        assert trace["attempts"] == [] and trace["l1_enabled"] is False
+        assert trace["selected_attempt"] is None and trace["fallback_reason"] is None
+        assert not (tmp_path / "milvus.db").exists()
+
+    def test_empty_query_embedding_runs_no_attempt(self, tmp_path):
+        retriever = FilteredRetryRetriever(uri=str(tmp_path / "milvus.db"), index_path=str(tmp_path / "index.json"))
+        out = retriever.run(query_embedding=[], category_filter="alerts")
+        assert out["candidates"] == []
+        assert out["retrieval_trace"]["attempts"] == []
+        assert out["retrieval_trace"]["l1_enabled"] is True
+        assert out["retrieval_trace"]["selected_attempt"] is None
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("mode", ["sdk", "haystack"])
+    def test_every_candidate_carries_its_provenance(self, make_retriever, disk_vector, mode):
+        out = make_retriever(mode=mode, reference_threshold=0.99).run(
+            query_embedding=disk_vector, category_filter="product-faq"
+        )
+        candidates = out["candidates"]
+        assert candidates
+        for doc in candidates:
+            for key in CANDIDATE_META:
+                assert key in doc.meta, key
+            assert doc.meta["score_semantics"] == "l2_distance"
+            assert doc.meta["retrieval_path"] == mode
+            assert doc.meta["attempt"] in ("filtered", "unfiltered")
+            assert doc.meta["evidence_key"] == f"{doc.meta['source']}#{doc.meta['chunk_index']}"
+            assert 0.0 <= doc.score <= 1.0
+            assert doc.score == pytest.approx(normalized_similarity(doc.meta["raw_score"], "L2"), abs=1e-4)
+            assert doc.meta["doc_version"]  # original chunk metadata is kept, flattened
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("category", [None, "alerts", "payments"])
+    def test_sdk_and_haystack_paths_agree(self, make_retriever, disk_vector, category):
+        sdk = make_retriever(mode="sdk", reference_threshold=0.0).run(
+            query_embedding=disk_vector, category_filter=category
+        )
+        hay = make_retriever(mode="haystack", reference_threshold=0.0).run(
+            query_embedding=disk_vector, category_filter=category
+        )
+        assert sdk["candidates"]
+        assert [d.id for d in sdk["candidates"]] == [d.id for d in hay["candidates"]]
+        for a, b in zip(sdk["candidates"], hay["candidates"], strict=True):
+            assert a.score == pytest.approx(b.score, abs=1e-4)
+            assert a.meta["raw_score"] == pytest.approx(b.meta["raw_score"], abs=1e-3)
+            assert (a.meta["retrieval_path"], b.meta["retrieval_path"]) == ("sdk", "haystack")
+            assert a.meta["evidence_key"] == b.meta["evidence_key"]
+            assert a.content == b.content
+        assert [a["path"] for a in sdk["retrieval_trace"]["attempts"]] == ["sdk"]
+        assert [a["path"] for a in hay["retrieval_trace"]["attempts"]] == ["haystack"]
+
+    @pytest.mark.integration
+    def test_auto_mode_uses_haystack_when_it_works(self, make_retriever, disk_vector):
+        out = make_retriever(mode="auto").run(query_embedding=disk_vector)
+        attempt = out["retrieval_trace"]["attempts"][0]
+        assert attempt["path"] == "haystack" and "fallback" not in attempt
+        assert {d.meta["retrieval_path"] for d in out["candidates"]} == {"haystack"}
+
+    @pytest.mark.integration
+    def test_auto_mode_falls_back_to_sdk(self, make_retriever, disk_vector, monkeypatch):
+        retriever = make_retriever(mode="auto", reference_threshold=0.5)
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("boom")
+
+        monkeypatch.setattr(retriever, "_search_haystack", broken)
+        out = retriever.run(query_embedding=disk_vector, category_filter="alerts")
+        trace = out["retrieval_trace"]
+        assert trace["selected_attempt"] == "filtered"
+        attempt = trace["attempts"][0]
+        assert attempt["error"] is None
+        assert attempt["fallback"]["from"] == "haystack"
+        assert attempt["fallback"]["to"] == "sdk"
+        assert "boom" in attempt["fallback"]["reason"]
+        assert attempt["path"] == "sdk"
+        assert out["candidates"] and {d.meta["retrieval_path"] for d in out["candidates"]} == {"sdk"}
+        assert {d.meta["category"] for d in out["candidates"]} == {"alerts"}
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("mode", ["sdk", "haystack", "auto"])
+    def test_missing_collection_is_recorded_not_raised(self, make_retriever, disk_vector, mode):
+        retriever = make_retriever(mode=mode, collection_name=f"missing_{uuid.uuid4().hex[:8]}")
+        retriever.warm_up()  # must not raise either
+        out = retriever.run(query_embedding=disk_vector, category_filter="alerts")
+        trace = out["retrieval_trace"]
+        assert out["candidates"] == []
+        assert attempt_names(out) == ["filtered", "unfiltered"]
+        assert trace["fallback_reason"] == NO_EVIDENCE
+        for attempt in trace["attempts"]:
+            assert attempt["error"], attempt
+            assert attempt["candidate_count"] == 0
+
+    @pytest.mark.integration
+    def test_superseded_versions_are_dropped(self, make_retriever, data_dir, disk_vector, tmp_path):
+        baseline = make_retriever(mode="sdk").run(query_embedding=disk_vector)
+        alerts_chunks = [d for d in baseline["candidates"] if d.meta["source"] == "alerts/disk.md"]
+        assert alerts_chunks
+        assert baseline["retrieval_trace"]["attempts"][0]["stale_dropped"] == 0
+
+        index = KnowledgeIndex.load(data_dir / "knowledge_index.json")
+        entry = index.by_source()["alerts/disk.md"]
+        entry.doc_version = "a-newer-version"
+        index.save(tmp_path / "knowledge_index.json")
+
+        for mode in ("sdk", "haystack"):
+            out = make_retriever(mode=mode, index_path=str(tmp_path / "knowledge_index.json")).run(
+                query_embedding=disk_vector
+            )
+            sources = {d.meta["source"] for d in out["candidates"]}
+            assert "alerts/disk.md" not in sources
+            assert sources == {"payments/refund.md", "faq/plans.md"}
+            assert out["retrieval_trace"]["attempts"][0]["stale_dropped"] == len(alerts_chunks)
+
+    @pytest.mark.integration
+    def test_index_change_is_picked_up_without_restart(self, make_retriever, data_dir, disk_vector, tmp_path):
+        index_path = tmp_path / "knowledge_index.json"
+        index = KnowledgeIndex.load(data_dir / "knowledge_index.json")
+        index.save(index_path)
+        retriever = make_retriever(mode="sdk", index_path=str(index_path))
+        before = retriever.run(query_embedding=disk_vector)["candidates"]
+        assert any(d.meta["source"] == "faq/plans.md" for d in before)
+        index.by_source()["faq/plans.md"].doc_version = "superseded-elsewhere"
+        index.save(index_path)
+        after = retriever.run(query_embedding=disk_vector)["candidates"]
+        assert after and all(d.meta["source"] != "faq/plans.md" for d in after)
+
+    @pytest.mark.integration
+    def test_missing_index_file_keeps_every_candidate(self, make_retriever, disk_vector, tmp_path):
+        out = make_retriever(mode="sdk", index_path=str(tmp_path / "absent.json")).run(query_embedding=disk_vector)
+        assert {d.meta["source"] for d in out["candidates"]} == {
+            "alerts/disk.md",
+            "payments/refund.md",
+            "faq/plans.md",
+        }
+        assert out["retrieval_trace"]["attempts"][0]["stale_dropped"] == 0
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("mode", ["sdk", "haystack", "auto"])
+    def test_category_with_expression_syntax_is_matched_literally(self, make_retriever, disk_vector, mode):
+        out = make_retriever(mode=mode, reference_threshold=0.5).run(
+            query_embedding=disk_vector, category_filter=INJECTION
+        )
+        trace = out["retrieval_trace"]
+        filtered = trace["attempts"][0]
+        assert filtered["name"] == "filtered"
+        assert filtered["filter"] == {"category": INJECTION}
+        assert filtered["candidate_count"] == 0
+        assert filtered["raw_hits"] == 0
+        assert filtered["error"] is None  # a parse error would mean the value reached the expression unquoted
+        assert "fallback" not in filtered
+        assert trace["fallback_reason"] == NO_EVIDENCE
+        assert all(d.meta["attempt"] == "unfiltered" for d in out["candidates"])
+
+    @pytest.mark.integration
+    def test_cosine_collection_uses_the_same_scale(self, make_retriever, data_dir, disk_vector):
+        """The same chunks in a COSINE collection get the same normalized scores as in the L2 one."""
+        uri = str(data_dir / "milvus.db")
+        l2 = MilvusChunkStore(uri, CollectionSchema())
+        cosine = MilvusChunkStore(uri, CollectionSchema(collection_name="chunks_cosine", metric_type="COSINE"))
+        try:
+            l2.load()
+            rows = l2.client.query("knowledge_chunks", filter='id != ""', output_fields=["*"])
+            cosine.drop()
+            cosine.ensure_collection()
+            cosine.insert([{k: r[k] for k in ("id", "content", "vector", "metadata")} for r in rows])
+            cosine.flush()
+        finally:
+            l2.close()
+            cosine.close()
+        reference = make_retriever(mode="sdk").run(query_embedding=disk_vector)["candidates"]
+        for mode in ("sdk", "haystack"):
+            out = make_retriever(mode=mode, collection_name="chunks_cosine", metric_type="COSINE").run(
+                query_embedding=disk_vector
+            )
+            candidates = out["candidates"]
+            assert [d.id for d in candidates] == [d.id for d in reference]
+            for got, want in zip(candidates, reference, strict=True):
+                assert got.meta["score_semantics"] == "cosine_similarity"
+                assert got.meta["retrieval_path"] == mode
+                assert got.score == pytest.approx(want.score, abs=1e-3)
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("mode", ["sdk", "haystack"])
+    def test_custom_field_names(self, make_retriever, data_dir, disk_vector, mode):
+        """A collection with other field names (configurable, per the docs) is searched on both paths."""
+        uri = str(data_dir / "milvus.db")
+        names = {"id_field": "pk", "content_field": "text", "vector_field": "emb", "metadata_field": "meta_json"}
+        source = MilvusChunkStore(uri, CollectionSchema())
+        target = MilvusChunkStore(uri, CollectionSchema(collection_name=f"custom_{mode}", **names))
+        try:
+            source.load()
+            rows = source.client.query("knowledge_chunks", filter='id != ""', output_fields=["*"])
+            target.drop()
+            target.ensure_collection()
+            target.insert(
+                [{"pk": r["id"], "text": r["content"], "emb": r["vector"], "meta_json": r["metadata"]} for r in rows]
+            )
+            target.flush()
+        finally:
+            source.close()
+            target.close()
+        reference = make_retriever(mode="sdk", reference_threshold=0.5).run(
+            query_embedding=disk_vector, category_filter="alerts"
+        )
+        out = make_retriever(mode=mode, collection_name=f"custom_{mode}", reference_threshold=0.5, **names).run(
+            query_embedding=disk_vector, category_filter="alerts"
+        )
+        trace = out["retrieval_trace"]
+        assert [a["error"] for a in trace["attempts"]] == [None]
+        assert trace["selected_attempt"] == "filtered"
+        assert [d.id for d in out["candidates"]] == [d.id for d in reference["candidates"]]
+        assert [d.content for d in out["candidates"]] == [d.content for d in reference["candidates"]]
+        assert {d.meta["category"] for d in out["candidates"]} == {"alerts"}
+
+    @pytest.mark.integration
+    def test_inputs_are_not_mutated(self, make_retriever, disk_vector):
+        vector = list(disk_vector)
+        original = copy.deepcopy(vector)
+        make_retriever(mode="auto", reference_threshold=0.99).run(query_embedding=vector, category_filter="alerts")
+        assert vector == original
+
+    @pytest.mark.integration
+    def test_repeated_runs_do_not_leak_the_previous_filter(self, make_retriever, disk_vector):
+        retriever = make_retriever(mode="haystack", reference_threshold=0.5)
+        first = retriever.run(query_embedding=disk_vector, category_filter="payments")
+        assert {d.meta["category"] for d in first["candidates"]} == {"payments"}
+        second = retriever.run(query_embedding=disk_vector)
+        assert {d.meta["category"] for d in second["candidates"]} == {"alerts", "payments", "product-faq"}

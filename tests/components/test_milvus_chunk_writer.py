@@ -1,0 +1,323 @@
+from __future__ import annotations
+
+import copy
+import datetime
+import uuid
+
+import pytest
+from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
+
+from components.milvus_chunk_writer import MilvusChunkWriter
+
+DIM = 4
+CUSTOM_FIELDS = {"id_field": "pk", "content_field": "text", "vector_field": "emb", "metadata_field": "meta_json"}
+
+
+def unit(i: int) -> list[float]:
+    vec = [0.0] * DIM
+    vec[i % DIM] = 1.0
+    return vec
+
+
+def chunk(source: str, version: str, index: int, text: str | None = None, **meta) -> Document:
+    return Document(
+        id=f"{source}@{version}#{index}",
+        content=text or f"{source} {version} chunk {index}",
+        embedding=unit(index),
+        meta={"source": source, "doc_version": version, "chunk_index": index, **meta},
+    )
+
+
+@pytest.fixture(scope="module")
+def db_uri(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("writer") / "data" / "milvus.db")
+
+
+@pytest.fixture
+def make_writer(db_uri):
+    made: list[MilvusChunkWriter] = []
+
+    def make(**kwargs) -> MilvusChunkWriter:
+        params = {
+            "uri": db_uri,
+            "collection_name": f"chunks_{uuid.uuid4().hex[:12]}",
+            "dimension": DIM,
+            **CUSTOM_FIELDS,
+        }
+        params.update(kwargs)
+        writer = MilvusChunkWriter(**params)
+        made.append(writer)
+        return writer
+
+    yield make
+    for writer in made:
+        try:
+            writer.store.drop()
+        finally:
+            writer.close()
+
+
+def rows(writer: MilvusChunkWriter) -> dict[str, dict]:
+    """Every row of the writer's collection, keyed by primary key, read with a separate client."""
+    writer.store.flush()
+    writer.store.load()
+    found = writer.store.client.query(writer.collection_name, filter=f'{writer.id_field} != ""', output_fields=["*"])
+    return {row[writer.id_field]: row for row in found}
+
+
+class TestMilvusChunkWriter:
+    def test_init_defaults(self):
+        writer = MilvusChunkWriter()
+        assert writer.uri == "data/milvus.db"
+        assert writer.collection_name == "knowledge_chunks"
+        assert writer.dimension == 384
+        assert writer.metric_type == "L2"
+        assert writer.index_type == "AUTOINDEX"
+        assert (writer.id_field, writer.content_field) == ("id", "content")
+        assert (writer.vector_field, writer.metadata_field) == ("vector", "metadata")
+        assert writer.token_env_var == "MILVUS_TOKEN"
+
+    def test_init_does_not_connect(self, tmp_path):
+        MilvusChunkWriter(uri=str(tmp_path / "nowhere" / "milvus.db"))
+        assert not (tmp_path / "nowhere").exists()
+
+    @pytest.mark.parametrize(
+        ("kwargs", "match"),
+        [
+            ({"uri": ""}, "uri=''"),
+            ({"metric_type": "HAMMING"}, "metric_type='HAMMING'"),
+            ({"id_field": "1bad"}, "id_field='1bad'"),
+            ({"content_field": "has space"}, "content_field='has space'"),
+            ({"vector_field": 'v"'}, "vector_field="),
+            ({"metadata_field": "meta-json"}, "metadata_field='meta-json'"),
+            ({"collection_name": "bad-name"}, "collection_name='bad-name'"),
+            ({"dimension": 0}, "dimension=0"),
+            ({"dimension": -3}, "dimension=-3"),
+        ],
+    )
+    def test_invalid_init(self, kwargs, match):
+        with pytest.raises(ValueError, match=match):
+            MilvusChunkWriter(**kwargs)
+
+    def test_to_dict_from_dict_keeps_every_parameter(self):
+        params = {
+            "uri": "http://127.0.0.1:19530",
+            "collection_name": "kb_other",
+            "dimension": 512,
+            "metric_type": "COSINE",
+            "index_type": "HNSW",
+            "id_field": "pk",
+            "content_field": "text",
+            "vector_field": "emb",
+            "metadata_field": "meta_json",
+            "token_env_var": "OTHER_TOKEN",
+        }
+        data = component_to_dict(MilvusChunkWriter(**params), "writer")
+        assert data["init_parameters"] == params
+        restored = component_from_dict(MilvusChunkWriter, data, "writer")
+        assert {name: getattr(restored, name) for name in params} == params
+
+    def test_to_dict_does_not_store_a_token(self, monkeypatch):
+        monkeypatch.setenv("MILVUS_TOKEN", "s3cret-token")
+        data = component_to_dict(MilvusChunkWriter(), "writer")
+        assert "s3cret-token" not in repr(data)
+
+    @pytest.mark.integration
+    def test_warm_up_creates_the_configured_schema(self, make_writer):
+        writer = make_writer(metric_type="COSINE")
+        writer.warm_up()
+        writer.warm_up()  # idempotent
+        client = writer.store.client
+        assert client.has_collection(writer.collection_name)
+        fields = {f["name"]: f for f in client.describe_collection(writer.collection_name)["fields"]}
+        assert set(fields) == {"pk", "text", "emb", "meta_json"}
+        assert fields["pk"].get("is_primary") is True
+        assert fields["emb"]["params"]["dim"] == DIM
+        index = client.describe_index(writer.collection_name, index_name=client.list_indexes(writer.collection_name)[0])
+        assert index["field_name"] == "emb"
+        assert index["metric_type"] == "COSINE"
+
+    @pytest.mark.integration
+    def test_run_writes_rows_with_the_configured_fields(self, make_writer):
+        writer = make_writer()
+        docs = [
+            chunk("alerts/disk.md", "v1", 0, title="Disk Full", keywords=["disk", "inode"]),
+            chunk("alerts/disk.md", "v1", 1, title="Disk Full", keywords=["disk", "inode"]),
+            chunk("payments/refund.md", "v7", 0, text="退款在审核通过后七个工作日内原路退回。"),
+        ]
+        out = writer.run(documents=docs)
+        assert out["written"] == 3
+        assert out["failures"] == []
+        assert sorted(out["documents_written"], key=lambda d: d["source"]) == [
+            {"source": "alerts/disk.md", "doc_version": "v1", "chunks": 2},
+            {"source": "payments/refund.md", "doc_version": "v7", "chunks": 1},
+        ]
+        stored = rows(writer)
+        assert set(stored) == {d.id for d in docs}
+        for doc in docs:
+            row = stored[doc.id]
+            assert set(row) == {"pk", "text", "emb", "meta_json"}
+            assert row["text"] == doc.content
+            assert [float(x) for x in row["emb"]] == pytest.approx(doc.embedding)
+            assert row["meta_json"] == doc.meta
+        assert stored["alerts/disk.md@v1#0"]["meta_json"]["keywords"] == ["disk", "inode"]
+
+    @pytest.mark.integration
+    def test_written_rows_are_searchable_by_vector_and_json_metadata(self, make_writer):
+        writer = make_writer()
+        writer.run(documents=[chunk("a.md", "v1", 0, category="alerts"), chunk("b.md", "v1", 1, category="faq")])
+        writer.store.flush()
+        hits = writer.store.search(unit(1), top_k=5, expr='meta_json["category"] == "alerts"')
+        assert [h["id"] for h in hits] == ["a.md@v1#0"]
+        hits = writer.store.search(unit(1), top_k=5)
+        assert hits[0]["id"] == "b.md@v1#1"
+        assert hits[0]["metadata"]["source"] == "b.md"
+
+    @pytest.mark.integration
+    def test_metadata_that_is_not_json_is_stored_as_text(self, make_writer):
+        writer = make_writer()
+        doc = chunk("a.md", "v1", 0, updated=datetime.date(2024, 1, 2))
+        before = copy.deepcopy(doc.meta)
+        out = writer.run(documents=[doc])
+        assert out["written"] == 1 and out["failures"] == []
+        assert rows(writer)[doc.id]["meta_json"]["updated"] == "2024-01-02"
+        assert doc.meta == before  # the input keeps its date
+
+    @pytest.mark.integration
+    def test_document_without_source_is_grouped_by_its_id(self, make_writer):
+        writer = make_writer()
+        doc = Document(id="loose-1", content="no source", embedding=unit(0), meta={})
+        out = writer.run(documents=[doc])
+        assert out["written"] == 1
+        assert out["documents_written"] == [{"source": "loose-1", "doc_version": None, "chunks": 1}]
+        assert rows(writer)["loose-1"]["text"] == "no source"
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("bad_embedding", [[1.0, 0.0], [0.0] * (DIM + 1), None])
+    def test_wrong_embedding_fails_only_that_document(self, make_writer, bad_embedding):
+        writer = make_writer()
+        bad = Document(
+            id="bad.md@v1#1",
+            content="bad",
+            embedding=bad_embedding,
+            meta={"source": "bad.md", "doc_version": "v1", "chunk_index": 1},
+        )
+        docs = [chunk("bad.md", "v1", 0), bad, chunk("good.md", "v2", 0), chunk("good.md", "v2", 1)]
+        out = writer.run(documents=docs)
+        assert out["written"] == 2
+        assert out["documents_written"] == [{"source": "good.md", "doc_version": "v2", "chunks": 2}]
+        assert [f["source"] for f in out["failures"]] == ["bad.md"]
+        assert "dimension" in out["failures"][0]["reason"]
+        stored = rows(writer)
+        assert set(stored) == {"good.md@v2#0", "good.md@v2#1"}  # not even the valid chunk of bad.md
+
+    @pytest.mark.integration
+    def test_failed_insert_leaves_nothing_of_that_document(self, make_writer, monkeypatch):
+        writer = make_writer()
+        writer.warm_up()
+        real_insert = writer.store.insert
+
+        def half_then_fail(batch):
+            if batch[0]["meta_json"]["source"] == "broken.md":
+                real_insert(batch[:1])
+                raise ConnectionError("milvus went away")
+            real_insert(batch)
+
+        monkeypatch.setattr(writer.store, "insert", half_then_fail)
+        docs = [chunk("broken.md", "v1", i) for i in range(3)] + [chunk("fine.md", "v1", 0)]
+        out = writer.run(documents=docs)
+        assert out["written"] == 1
+        assert out["failures"] == [{"source": "broken.md", "reason": "write failed: milvus went away"}]
+        assert set(rows(writer)) == {"fine.md@v1#0"}
+
+    @pytest.mark.integration
+    def test_failed_cleanup_is_still_reported_not_raised(self, make_writer, monkeypatch):
+        writer = make_writer()
+        writer.warm_up()
+
+        def fail(*args, **kwargs):
+            raise ConnectionError("down")
+
+        monkeypatch.setattr(writer.store, "insert", fail)
+        monkeypatch.setattr(writer.store, "delete_ids", fail)
+        out = writer.run(documents=[chunk("a.md", "v1", 0)])
+        assert out["written"] == 0 and out["documents_written"] == []
+        assert [f["source"] for f in out["failures"]] == ["a.md"]
+
+    @pytest.mark.integration
+    def test_new_version_is_written_next_to_the_old(self, make_writer):
+        writer = make_writer()
+        writer.run(documents=[chunk("a.md", "v1", 0), chunk("a.md", "v1", 1)])
+        writer.run(documents=[chunk("a.md", "v2", 0)])
+        versions = sorted(r["meta_json"]["doc_version"] for r in rows(writer).values())
+        assert versions == ["v1", "v1", "v2"]
+
+    def test_empty_input_writes_nothing(self, tmp_path):
+        writer = MilvusChunkWriter(uri=str(tmp_path / "data" / "milvus.db"), dimension=DIM)
+        out = writer.run(documents=[])
+        assert out == {"written": 0, "documents_written": [], "failures": []}
+        writer.close()
+
+    @pytest.mark.integration
+    def test_inputs_are_not_mutated(self, make_writer):
+        writer = make_writer()
+        docs = [chunk("a.md", "v1", 0, keywords=["x"]), chunk("b.md", "v1", 1)]
+        before = [copy.deepcopy(d.to_dict()) for d in docs]
+        writer.run(documents=docs)
+        assert [d.to_dict() for d in docs] == before
+
+    @pytest.mark.integration
+    def test_remove_stale_deletes_only_inactive_versions(self, make_writer):
+        writer = make_writer()
+        writer.run(
+            documents=[
+                chunk("a.md", "v1", 0),
+                chunk("a.md", "v1", 1),
+                chunk("a.md", "v2", 0),
+                chunk("b.md", "v1", 0),
+                chunk("gone.md", "v1", 0),
+            ]
+        )
+        foreign = {"pk": "foreign-1", "text": "written by another tool", "emb": unit(2), "meta_json": {"source": "a.md"}}
+        bare = {"pk": "foreign-2", "text": "no metadata at all", "emb": unit(3), "meta_json": {}}
+        writer.store.client.insert(writer.collection_name, [foreign, bare])
+        writer.store.flush()
+
+        removed = writer.remove_stale({"a.md": "v2", "b.md": "v1"})
+
+        assert removed == 3
+        assert set(rows(writer)) == {"a.md@v2#0", "b.md@v1#0", "foreign-1", "foreign-2"}
+        assert writer.remove_stale({"a.md": "v2", "b.md": "v1"}) == 0
+
+    @pytest.mark.integration
+    def test_remove_stale_with_nothing_active_keeps_foreign_rows(self, make_writer):
+        writer = make_writer()
+        writer.run(documents=[chunk("a.md", "v1", 0)])
+        writer.store.client.insert(
+            writer.collection_name, [{"pk": "foreign", "text": "x", "emb": unit(1), "meta_json": {"source": "a.md"}}]
+        )
+        writer.store.flush()
+        assert writer.remove_stale({}) == 1
+        assert set(rows(writer)) == {"foreign"}
+
+    @pytest.mark.integration
+    def test_remove_stale_does_not_mutate_active(self, make_writer):
+        writer = make_writer()
+        writer.run(documents=[chunk("a.md", "v1", 0)])
+        active = {"a.md": "v2"}
+        writer.remove_stale(active)
+        assert active == {"a.md": "v2"}
+
+    @pytest.mark.integration
+    def test_default_schema_rows(self, db_uri):
+        """With the default field names the row is `{id, content, vector, metadata}`."""
+        writer = MilvusChunkWriter(uri=db_uri, collection_name=f"plain_{uuid.uuid4().hex[:8]}", dimension=DIM)
+        try:
+            writer.run(documents=[chunk("a.md", "v1", 0)])
+            stored = rows(writer)
+            assert set(stored["a.md@v1#0"]) == {"id", "content", "vector", "metadata"}
+        finally:
+            writer.store.drop()
+            writer.close()
+

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from components.lookup_result import LookupResult
+from pipelines.cli import main
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def indexed(tmp_path, tiny_kb, capsys):
+    data = tmp_path / "data"
+    assert main(["index", "--knowledge", str(tiny_kb), "--data-dir", str(data), "--quiet"]) == 0
+    capsys.readouterr()
+    return tiny_kb, data
+
+
+class TestCli:
+    def test_index_prints_a_summary_and_reuses_the_index(self, tmp_path, tiny_kb, capsys):
+        data = tmp_path / "data"
+        assert main(["index", "--knowledge", str(tiny_kb), "--data-dir", str(data)]) == 0
+        out = capsys.readouterr()
+        assert "Indexed 3 of 3 files" in out.out and "chars/s" in out.out and "0 failed" in out.out
+        assert "Indexing" in out.err  # the progress bar
+        assert str(data / "milvus.db") in out.out
+        assert main(["index", "--knowledge", str(tiny_kb), "--data-dir", str(data), "--json"]) == 0
+        summary = json.loads(capsys.readouterr().out)
+        assert (summary["indexed"], summary["skipped"], summary["chunks"]) == (0, 3, 0)
+
+    def test_index_missing_folder_exits_2(self, tmp_path, capsys):
+        assert main(["index", "--knowledge", str(tmp_path / "nope"), "--data-dir", str(tmp_path / "d")]) == 2
+        assert "does not exist" in capsys.readouterr().err
+
+    def test_ask_json_prints_exactly_the_lookup_result(self, indexed, capsys):
+        _, data = indexed
+        assert main(["ask", "disk full on the node", "--json", "--data-dir", str(data)]) == 0
+        result = json.loads(capsys.readouterr().out)
+        LookupResult.model_validate(result)
+        assert result["found"] is True and result["evidenceBlocks"][0]["source"] == "alerts/disk.md"
+
+    def test_ask_text_output_names_sources(self, indexed, capsys):
+        _, data = indexed
+        assert main(["ask", "退款多久到账", "--data-dir", str(data)]) == 0
+        out = capsys.readouterr().out
+        assert "payments/refund.md" in out and "found=True" in out
+
+    def test_ask_without_evidence_exits_0(self, indexed, tmp_path, capsys):
+        _, data = indexed
+        strict = tmp_path / "strict.yaml"
+        from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
+
+        text = DEFAULT_LOOKUP_PIPELINE.read_text().replace("evidence_threshold: 0.88", "evidence_threshold: 0.999")
+        strict.write_text(text)
+        code = main(["ask", "gardening tomatoes", "--json", "--data-dir", str(data), "--pipeline", str(strict)])
+        assert code == 0
+        assert json.loads(capsys.readouterr().out)["evidenceStatus"] == "no_evidence"
+
+    def test_ask_bad_input_exits_2_with_one_line_reason(self, indexed, capsys):
+        _, data = indexed
+        assert main(["ask", "   ", "--json", "--data-dir", str(data)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "query is empty" in err[0]
+
+    def test_ask_internal_failure_exits_1(self, tmp_path, capsys):
+        assert main(["ask", "disk full", "--data-dir", str(tmp_path / "empty")]) == 1
+        assert "Knowledge retrieval failed" in capsys.readouterr().err
+
+    def test_session_flag_and_trace_browsing(self, indexed, capsys):
+        _, data = indexed
+        for _ in range(2):
+            assert main(["ask", "disk full on the node", "--session", "abc", "--json", "--data-dir", str(data)]) == 0
+        second = json.loads(capsys.readouterr().out.split("\n}\n")[1] + "\n}")
+        assert second["evidenceStatus"] == "already_returned"
+        assert main(["trace", "list", "--data-dir", str(data), "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        assert [r["status"] for r in rows[:2]] == ["already_returned", "evidence"]
+        assert main(["trace", "show", str(rows[0]["id"]), "--data-dir", str(data)]) == 0
+        shown = json.loads(capsys.readouterr().out)
+        assert shown["session_id"] == "abc" and "retrieval_details" in shown
+        assert main(["trace", "show", "99999", "--data-dir", str(data)]) == 2

@@ -1,0 +1,493 @@
+"""Every WHEN/THEN scenario of the governing seed, through the real pipeline on a real store."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from haystack import Pipeline
+from haystack.core.errors import DeserializationError
+from sqlmodel import Session, func, select
+
+from components.knowledge_index import IndexedDocument, KnowledgeIndex
+from components.trace_store import ToolInvocation, TraceStore
+from pipelines import load_pipeline, lookup
+from pipelines.indexing import KnowledgeIndexer
+from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, Deployment
+from tests.conftest import write_tiny_kb
+
+pytestmark = pytest.mark.integration
+
+QUOTED_CATEGORY = 'ops" or metadata["category"] != "x'
+LONG_SECTION = " ".join(f"Step {i}: check the inode usage with df -i and clear the cache directory." for i in range(40))
+
+
+def _extra_docs(root: Path) -> None:
+    """Documents beyond the tiny base: a long multi-chunk runbook and one in a hostile category name."""
+    (root / "alerts/cpu.md").write_text(
+        "---\nid: alerts-cpu\ntitle: High CPU Runbook\ncategory: alerts\nkeywords: [high cpu, load average]\n"
+        "entities: [checkout-api]\n---\n# High CPU Runbook\n\n## Triage\n\nWhen CPU usage of checkout-api stays above "
+        "90 percent for ten minutes, look at the load average and the hottest threads.\n\n## Long checklist\n\n"
+        + LONG_SECTION
+        + "\n\n## Scaling\n\nAdd two replicas of checkout-api when the load average keeps rising.\n",
+        encoding="utf-8",
+    )
+    (root / "ops").mkdir(exist_ok=True)
+    (root / "ops/quoted.md").write_text(
+        f"---\nid: ops-quoted\ntitle: Quoted Category Notes\ncategory: '{QUOTED_CATEGORY}'\n"
+        "keywords: [zebra maintenance window]\n---\n# Quoted Category Notes\n\n## Window\n\n"
+        "The zebra maintenance window starts every Sunday at 02:00 UTC and lasts two hours.\n",
+        encoding="utf-8",
+    )
+
+
+class TestLookupPipeline:
+    @pytest.fixture(scope="class")
+    @classmethod
+    def milvus_uri(cls, tmp_path_factory) -> str:
+        return str(tmp_path_factory.mktemp("lite") / "milvus.db")
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def deployment(cls, tmp_path_factory, milvus_uri) -> SimpleNamespace:
+        root = tmp_path_factory.mktemp("lookup")
+        kb = write_tiny_kb(root / "knowledge")
+        _extra_docs(kb)
+        deployment = Deployment.resolve(root / "data", milvus_uri=milvus_uri)
+        collection = f"kb_{uuid.uuid4().hex[:10]}"
+        indexer = KnowledgeIndexer(deployment, component_params={"writer": {"collection_name": collection}})
+        assert indexer.index(kb, progress=False).failed == 0
+        indexer.close()
+        # a category that L0 knows but Milvus has no chunks for (index and collection out of step)
+        index = KnowledgeIndex.load(deployment.index_path)
+        index.documents.append(
+            IndexedDocument(
+                doc_id="archive-mainframe",
+                source="archive/mainframe.md",
+                title="Mainframe Archive",
+                category="archive",
+                keywords=["legacy mainframe"],
+                doc_version="0000",
+            )
+        )
+        index.save(deployment.index_path)
+        return SimpleNamespace(
+            data_dir=deployment.data_dir,
+            milvus_uri=deployment.milvus_uri,
+            trace_db_url=deployment.trace_db_url,
+            collection=collection,
+        )
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def make_pipeline(cls, deployment):
+        def make(**params) -> Pipeline:
+            retriever = {"collection_name": deployment.collection, **params.pop("retriever", {})}
+            return load_pipeline(
+                data_dir=deployment.data_dir,
+                milvus_uri=deployment.milvus_uri,
+                component_params={"retriever": retriever, **params},
+            )
+
+        return make
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def pipeline(cls, make_pipeline) -> Pipeline:
+        return make_pipeline(retriever={"reference_threshold": 0.5, "evidence_threshold": 0.5})
+
+    @staticmethod
+    def trace_row(deployment, result) -> ToolInvocation:
+        row = TraceStore(deployment.trace_db_url).get(result["traceId"])
+        assert row is not None
+        return row
+
+    # --- L0 as hint provider -------------------------------------------------------------------------------
+
+    def test_l0_produces_traceable_hint_data(self, pipeline, deployment):
+        result = lookup(pipeline, "our checkout-api has high cpu")
+        hints = result["l0Hints"]
+        assert hints["matchedKeywords"] == ["high cpu"]
+        assert hints["entities"] == ["checkout-api"]
+        assert hints["domains"] == ["alerts"]
+        assert "alerts-cpu" in hints["matchedDocIds"]
+        details = self.trace_row(deployment, result).retrieval_details
+        assert details["l0_hints"]["matched_keywords"] == ["high cpu"]
+        assert details["l0_hints"]["entities"] == ["checkout-api"]
+
+    def test_l0_single_match_does_not_bypass_l1(self, pipeline):
+        result = lookup(pipeline, "what happens in the zebra maintenance window")
+        assert result["l0Hints"]["matchedDocIds"] == ["ops-quoted"]
+        assert len(result["retrievalTrace"]["attempts"]) >= 1
+        assert result["evidenceBlocks"] and all(
+            b["retrievalLayer"] in ("L1", "L0+L1") for b in result["evidenceBlocks"]
+        )
+
+    def test_l0_hints_never_become_evidence(self, make_pipeline, deployment):
+        pipe = make_pipeline(retriever={"reference_threshold": 0.5, "evidence_threshold": 0.999})
+        result = lookup(pipe, "disk full on the node")
+        assert result["l0Hints"]["matchedDocIds"] == ["alerts-disk"]
+        assert result["found"] is False and result["evidenceBlocks"] == []
+        assert result["contextPack"]["packedText"] == ""
+        details = self.trace_row(deployment, result).retrieval_details
+        assert details["l0_hints"]["matched_doc_ids"] == ["alerts-disk"]
+        assert details["evidence_blocks"] == []
+
+    def test_retrieval_layer_reflects_cooperating_retrieval(self, pipeline, deployment):
+        with_hints = lookup(pipeline, "disk full on the node")
+        assert self.trace_row(deployment, with_hints).retrieval_layer == "L0+L1"
+        assert with_hints["evidenceBlocks"][0]["retrievalLayer"] == "L0+L1"
+        without = lookup(pipeline, "how much does the basic tier cost per month")
+        assert without["l0Hints"]["matchedDocIds"] == []
+        assert self.trace_row(deployment, without).retrieval_layer == "L1"
+        assert {b["retrievalLayer"] for b in without["evidenceBlocks"]} == {"L1"}
+
+    # --- domain filter ---------------------------------------------------------------------------------------
+
+    def test_single_domain_filter(self, pipeline):
+        result = lookup(pipeline, "disk full on the node")
+        assert result["l0Hints"]["categoryFilter"] == "alerts"
+        first = result["retrievalTrace"]["attempts"][0]
+        assert first["name"] == "filtered" and first["filter"] == {"category": "alerts"}
+        assert {b["category"] for b in result["evidenceBlocks"]} == {"alerts"}
+
+    def test_ambiguous_domain_no_filter(self, pipeline):
+        result = lookup(pipeline, "disk full after the subscription change")
+        assert result["l0Hints"]["domains"] == ["alerts", "product-faq"]
+        assert result["l0Hints"]["categoryFilter"] is None
+        attempts = result["retrievalTrace"]["attempts"]
+        assert [a["name"] for a in attempts] == ["unfiltered"] and attempts[0]["filter"] is None
+
+    def test_zero_domains_no_filter(self, pipeline):
+        result = lookup(pipeline, "how much does the basic tier cost per month")
+        assert result["l0Hints"]["domains"] == [] and result["l0Hints"]["categoryFilter"] is None
+        assert [a["filter"] for a in result["retrievalTrace"]["attempts"]] == [None]
+
+    # --- filtered retrieval with retry ---------------------------------------------------------------------
+
+    def test_filtered_retrieval_succeeds_without_retry(self, pipeline, deployment):
+        result = lookup(pipeline, "disk full on the node")
+        trace = result["retrievalTrace"]
+        assert [a["name"] for a in trace["attempts"]] == ["filtered"]
+        assert trace["selectedAttempt"] == "filtered" and trace["fallbackReason"] is None
+        assert self.trace_row(deployment, result).fallback_reason is None
+
+    def test_filtered_retrieval_no_evidence_retries_unfiltered(self, pipeline, deployment):
+        result = lookup(pipeline, "where are the legacy mainframe disk usage reports")
+        trace = result["retrievalTrace"]
+        assert result["l0Hints"]["categoryFilter"] == "archive"
+        assert [a["name"] for a in trace["attempts"]] == ["filtered", "unfiltered"]
+        assert trace["attempts"][0]["candidateCount"] == 0
+        assert trace["fallbackReason"] == "filtered_vector_no_evidence"
+        assert trace["selectedAttempt"] == "unfiltered"
+        assert result["found"] is True
+        row = self.trace_row(deployment, result)
+        assert row.fallback_reason == "filtered_vector_no_evidence"
+        assert row.retrieval_details["fallback_reason"] == "filtered_vector_no_evidence"
+        assert row.retrieval_details["retrieval_trace"]["selected_attempt"] == "unfiltered"
+
+    def test_filtered_retrieval_below_reference_quality_retries(self, make_pipeline, deployment):
+        pipe = make_pipeline(retriever={"reference_threshold": 0.999, "evidence_threshold": 0.5})
+        result = lookup(pipe, "disk full on the node")
+        trace = result["retrievalTrace"]
+        assert trace["attempts"][0]["topScore"] < 0.999
+        assert [a["name"] for a in trace["attempts"]] == ["filtered", "unfiltered"]
+        assert trace["fallbackReason"] == "filtered_vector_low_quality"
+        assert self.trace_row(deployment, result).retrieval_details["fallback_reason"] == "filtered_vector_low_quality"
+
+    def test_both_attempts_fail_gives_no_evidence(self, make_pipeline, deployment):
+        pipe = make_pipeline(retriever={"reference_threshold": 0.999, "evidence_threshold": 0.999})
+        result = lookup(pipe, "disk full on the node")
+        assert [a["candidateCount"] for a in result["retrievalTrace"]["attempts"]] == [0, 0]
+        assert result["found"] is False and result["evidenceStatus"] == "no_evidence"
+        assert "No knowledge evidence was found" in result["message"]
+        assert result["evidenceBlocks"] == []
+        row = self.trace_row(deployment, result)
+        assert row.status == "no_evidence" and len(row.retrieval_details["retrieval_trace"]["attempts"]) == 2
+
+    def test_l1_disabled_by_configuration(self, make_pipeline):
+        result = lookup(make_pipeline(retriever={"enabled": False}), "disk full on the node")
+        assert result["found"] is False and result["evidenceStatus"] == "l1_disabled"
+        assert result["retrievalTrace"]["l1Enabled"] is False and result["retrievalTrace"]["attempts"] == []
+
+    # --- evidence blocks, dedup, counts ------------------------------------------------------------------------
+
+    def test_evidence_block_contains_source_metadata(self, pipeline):
+        block = lookup(pipeline, "disk full on the node")["evidenceBlocks"][0]
+        assert block["source"] == "alerts/disk.md" and block["docId"] == "alerts-disk"
+        assert block["title"] == "Disk Full Runbook" and block["breadcrumb"].startswith("Disk Full Runbook > ")
+        assert block["evidenceKey"].startswith("alerts/disk.md#") and block["content"]
+        assert block["retrievalLayer"] == "L0+L1" and block["hitReasons"]
+
+    def test_result_has_no_legacy_fields(self, pipeline):
+        result = lookup(pipeline, "disk full on the node")
+        assert "primary" not in result and "supplement" not in result
+        for key in ("evidenceBlocks", "contextPack", "retrievalTrace", "rerankTrace", "relevanceLevel"):
+            assert key in result
+        assert result["completenessHint"] in ("complete", "truncated")
+
+    def test_chunk_level_dedup_keeps_distinct_chunks(self, pipeline):
+        result = lookup(pipeline, "inode usage cache directory checklist for high cpu")
+        cpu_blocks = [b for b in result["evidenceBlocks"] if b["source"] == "alerts/cpu.md"]
+        assert len(cpu_blocks) == 2  # max_per_document
+        assert len({b["evidenceKey"] for b in cpu_blocks}) == 2
+
+    def test_same_evidence_key_collapses_with_merged_reasons(self, make_pipeline):
+        pipe = make_pipeline(retriever={"reference_threshold": 0.999, "evidence_threshold": 0.5})
+        result = lookup(pipe, "disk full on the node")
+        keys = [b["evidenceKey"] for b in result["evidenceBlocks"]]
+        assert len(keys) == len(set(keys))
+        merged = [b for b in result["evidenceBlocks"] if {"l1_filtered", "l1_unfiltered"} <= set(b["hitReasons"])]
+        assert merged, [b["hitReasons"] for b in result["evidenceBlocks"]]
+
+    def test_postprocess_count_tracking(self, pipeline, deployment):
+        result = lookup(pipeline, "inode usage cache directory checklist for high cpu")
+        row = self.trace_row(deployment, result)
+        details = row.retrieval_details
+        assert details["candidate_count"] == row.candidate_count >= details["evidence_block_count"]
+        assert details["evidence_block_count"] == row.evidence_block_count == len(result["evidenceBlocks"])
+        assert any(d["reason"] == "per_document_cap" for d in details["dedup"]["dropped"])
+
+    def test_evidence_summaries_are_persisted(self, pipeline, deployment):
+        result = lookup(pipeline, "disk full on the node")
+        summaries = self.trace_row(deployment, result).retrieval_details["evidence_blocks"]
+        assert len(summaries) == len(result["evidenceBlocks"])
+        for summary in summaries:
+            assert {"source", "title", "retrieval_layer", "score", "hit_reasons", "preview"} <= set(summary)
+
+    def test_full_content_is_not_duplicated_into_details(self, pipeline, deployment):
+        result = lookup(pipeline, "inode usage cache directory checklist")
+        long_block = max(result["evidenceBlocks"], key=lambda b: len(b["content"]))
+        assert len(long_block["content"]) > 400
+        details = self.trace_row(deployment, result).retrieval_details
+        assert long_block["content"] not in json.dumps(details, ensure_ascii=False)
+        assert all(len(s["preview"]) <= 161 for s in details["evidence_blocks"])
+
+    # --- context pack ------------------------------------------------------------------------------------------
+
+    def test_context_pack_preserves_source_metadata(self, pipeline):
+        result = lookup(pipeline, "disk full on the node")
+        pack = result["contextPack"]
+        for block in result["evidenceBlocks"]:
+            assert f"source: {block['source']}" in pack["packedText"]
+            assert f"section: {block['breadcrumb']}" in pack["packedText"]
+            assert ", ".join(block["hitReasons"]) in pack["packedText"]
+        assert pack["usedChars"] == len(pack["packedText"]) <= pack["charBudget"]
+
+    def test_budget_truncation_keeps_metadata(self, make_pipeline):
+        pipe = make_pipeline(
+            retriever={"reference_threshold": 0.5, "evidence_threshold": 0.5}, packer={"char_budget": 500}
+        )
+        result = lookup(pipe, "inode usage cache directory checklist for high cpu")
+        pack = result["contextPack"]
+        assert pack["usedChars"] <= 500 and pack["charBudget"] == 500
+        assert pack["truncatedSources"] or pack["omittedSources"]
+        assert result["completenessHint"] == "truncated"
+        first = result["evidenceBlocks"][0]
+        assert f"source: {first['source']}" in pack["packedText"]
+        assert f"title: {first['title']}" in pack["packedText"]
+        assert f"section: {first['breadcrumb']}" in pack["packedText"]
+        assert pack["includedSources"] and set(pack["omittedSources"]).isdisjoint(pack["includedSources"])
+
+    # --- rerank --------------------------------------------------------------------------------------------------
+
+    def test_rerank_trace_records_score_contributions(self, pipeline):
+        result = lookup(pipeline, "our checkout-api has high cpu")
+        items = result["rerankTrace"]["items"]
+        assert [i["rank"] for i in items] == list(range(1, len(items) + 1))
+        top = items[0]
+        assert top["source"] == "alerts/cpu.md"
+        assert top["finalScore"] > top["baseScore"]
+        assert any(r.startswith("keyword:high cpu") for r in top["boostReasons"])
+        assert result["rerankTrace"]["weights"]["keyword"] == 0.02
+
+    def test_hint_boost_becomes_a_hit_reason_not_evidence(self, pipeline):
+        result = lookup(pipeline, "our checkout-api has high cpu")
+        reasons = result["evidenceBlocks"][0]["hitReasons"]
+        assert "keyword:high cpu" in reasons and "entity:checkout-api" in reasons
+        assert all(b["content"] and b["source"].endswith(".md") for b in result["evidenceBlocks"])
+
+    # --- vector store modes and score semantics ---------------------------------------------------------------
+
+    def test_modes_haystack_and_sdk_agree(self, make_pipeline):
+        results = {}
+        for mode in ("haystack", "sdk"):
+            pipe = make_pipeline(retriever={"mode": mode, "reference_threshold": 0.5, "evidence_threshold": 0.5})
+            results[mode] = lookup(pipe, "退款多久能到账")
+            assert {a["path"] for a in results[mode]["retrievalTrace"]["attempts"]} == {mode}
+        assert [b["evidenceKey"] for b in results["haystack"]["evidenceBlocks"]] == [
+            b["evidenceKey"] for b in results["sdk"]["evidenceBlocks"]
+        ]
+        for a, b in zip(results["haystack"]["evidenceBlocks"], results["sdk"]["evidenceBlocks"], strict=True):
+            assert a["score"] == pytest.approx(b["score"], abs=1e-3)
+
+    def test_auto_mode_falls_back_to_sdk_with_reason(self, make_pipeline):
+        pipe = make_pipeline(retriever={"mode": "auto", "reference_threshold": 0.5, "evidence_threshold": 0.5})
+        retriever = pipe.get_component("retriever")
+
+        def broken(*args, **kwargs):
+            raise ConnectionError("milvus-haystack store unavailable")
+
+        retriever._search_haystack = broken
+        result = lookup(pipe, "退款多久能到账")
+        attempt = result["retrievalTrace"]["attempts"][0]
+        assert attempt["path"] == "sdk" and attempt["error"] is None
+        assert attempt["fallback"]["from"] == "haystack" and "store unavailable" in attempt["fallback"]["reason"]
+        assert result["found"] is True
+
+    def test_score_semantics_are_labelled_per_path(self, make_pipeline):
+        for mode in ("haystack", "sdk"):
+            pipe = make_pipeline(retriever={"mode": mode, "reference_threshold": 0.5, "evidence_threshold": 0.5})
+            block = lookup(pipe, "disk full on the node")["evidenceBlocks"][0]
+            assert "l2_distance" in block["scoreLabel"] and f"via {mode} path" in block["scoreLabel"]
+
+    # --- session dedup -----------------------------------------------------------------------------------------
+
+    def test_session_dedup_returns_no_consumable_evidence_again(self, pipeline, deployment):
+        session = f"s-{uuid.uuid4().hex[:8]}"
+        first = lookup(pipeline, "Basic plan seats and price", session_id=session)
+        assert first["found"] is True
+        second = lookup(pipeline, "Basic plan seats and price", session_id=session)
+        assert second["found"] is False and second["evidenceStatus"] == "already_returned"
+        assert second["evidenceBlocks"] == [] and second["contextPack"]["packedText"] == ""
+        assert second["retrievalTrace"]["attempts"] and second["rerankTrace"]["items"]
+        assert "already returned" in second["message"]
+        assert self.trace_row(deployment, second).retrieval_details["session"]["suppressed"]
+        other = lookup(pipeline, "Basic plan seats and price", session_id=session + "-other")
+        assert other["found"] is True
+
+    # --- bad input, always recorded ----------------------------------------------------------------------------
+
+    @staticmethod
+    def row_count(deployment) -> int:
+        with Session(TraceStore(deployment.trace_db_url).engine) as session:
+            return session.exec(select(func.count()).select_from(ToolInvocation)).one()
+
+    @pytest.mark.parametrize(
+        ("query", "fragment"),
+        [("", "query is empty"), ("   \n\t ", "query is empty"), ("\x00\x01\x1b", "control characters")],
+    )
+    def test_empty_input_is_rejected_and_recorded(self, pipeline, deployment, query, fragment):
+        before = self.row_count(deployment)
+        result = lookup(pipeline, query)
+        assert result["found"] is False and result["evidenceStatus"] == "invalid_query"
+        assert fragment in result["error"]
+        assert self.row_count(deployment) == before + 1
+        row = self.trace_row(deployment, result)
+        assert row.status == "invalid_query" and fragment in row.error
+
+    def test_one_megabyte_query_is_rejected_and_recorded(self, pipeline, deployment):
+        result = lookup(pipeline, "disk " * 210_000)
+        assert result["evidenceStatus"] == "invalid_query" and "limit is 2000" in result["error"]
+        row = self.trace_row(deployment, result)
+        assert len(row.query) == 2000
+
+    def test_control_characters_are_removed_from_a_real_query(self, pipeline):
+        result = lookup(pipeline, "disk\x00 full\u200b on the\x1b node")
+        assert result["found"] is True and result["query"] == "disk full on the node"
+        assert result["l0Hints"]["categoryFilter"] == "alerts"
+
+    def test_category_with_expression_syntax_is_matched_literally(self, pipeline, deployment):
+        result = lookup(pipeline, "when is the zebra maintenance window")
+        assert result["l0Hints"]["categoryFilter"] == QUOTED_CATEGORY
+        attempt = result["retrievalTrace"]["attempts"][0]
+        assert attempt["error"] is None and attempt["filter"] == {"category": QUOTED_CATEGORY}
+        assert {b["category"] for b in result["evidenceBlocks"]} == {QUOTED_CATEGORY}
+        assert self.trace_row(deployment, result).status == "evidence"
+
+    def test_every_lookup_writes_exactly_one_row(self, pipeline, deployment):
+        before = self.row_count(deployment)
+        lookup(pipeline, "disk full on the node")
+        lookup(pipeline, "")
+        lookup(pipeline, "completely unrelated question about gardening tomatoes")
+        assert self.row_count(deployment) == before + 3
+
+    def test_retrieval_details_keys(self, pipeline, deployment):
+        details = self.trace_row(deployment, lookup(pipeline, "disk full on the node")).retrieval_details
+        for key in (
+            "l0_hints",
+            "query_transform",
+            "retrieval_trace",
+            "rerank_trace",
+            "context_pack_summary",
+            "evidence_blocks",
+            "fallback_reason",
+            "candidate_count",
+            "evidence_block_count",
+            "sidecar",
+        ):
+            assert key in details, key
+        assert "packedText" not in details["context_pack_summary"]
+
+    def test_trace_store_down_does_not_fail_the_lookup_nor_lose_the_row(self, deployment, tmp_path):
+        blocker = tmp_path / "not-a-dir"
+        blocker.write_text("x")
+        pipe = load_pipeline(
+            data_dir=deployment.data_dir,
+            milvus_uri=deployment.milvus_uri,
+            trace_db_url=f"sqlite:///{blocker}/traces.db",
+            component_params={
+                "retriever": {"collection_name": deployment.collection},
+                "recorder": {"spool_path": str(tmp_path / "spool.jsonl")},
+            },
+        )
+        result = lookup(pipe, "disk full on the node")
+        assert result["found"] is True and result["traceId"] is None
+        spooled = [json.loads(line) for line in (tmp_path / "spool.jsonl").read_text().splitlines()]
+        assert spooled[0]["query"] == "disk full on the node" and spooled[0]["status"] == "evidence"
+
+
+class TestPipelinesYaml:
+    def test_loads_with_plain_haystack_and_the_allowlist(self):
+        text = DEFAULT_LOOKUP_PIPELINE.read_text(encoding="utf-8")
+        pipe = Pipeline.loads(text, allowed_modules=["components"])
+        assert "retriever" in dict(pipe.walk())
+
+    def test_refuses_to_load_without_the_allowlist(self):
+        with pytest.raises(DeserializationError):
+            Pipeline.loads(DEFAULT_LOOKUP_PIPELINE.read_text(encoding="utf-8"))
+
+    def test_round_trip_gives_the_same_pipeline(self):
+        first = Pipeline.loads(DEFAULT_LOOKUP_PIPELINE.read_text(encoding="utf-8"), allowed_modules=["components"])
+        second = Pipeline.loads(first.dumps(), allowed_modules=["components"])
+        a, b = first.to_dict(), second.to_dict()
+        assert a["components"] == b["components"]
+
+        def edges(data):
+            return sorted((c["sender"], c["receiver"]) for c in data["connections"])
+
+        assert edges(a) == edges(b) and len(edges(a)) == 24
+
+    @pytest.mark.integration
+    def test_editing_the_yaml_changes_behaviour(self, tmp_path, tiny_kb):
+        deployment = Deployment.resolve(tmp_path / "data")
+        indexer = KnowledgeIndexer(deployment)
+        indexer.index(tiny_kb, progress=False)
+        indexer.close()
+        text = DEFAULT_LOOKUP_PIPELINE.read_text(encoding="utf-8")
+        edits = {
+            "budget": ("char_budget: 4000", "char_budget: 300"),
+            "mode": ("mode: auto", "mode: sdk"),
+            "threshold": ("reference_threshold: 0.9", "reference_threshold: 0.999"),
+            "weight": ("keyword: 0.02", "keyword: 0.0"),
+        }
+        base = lookup(load_pipeline(data_dir=deployment.data_dir), "disk full on the node")
+        for name, (old, new) in edits.items():
+            assert old in text, name
+            path = tmp_path / f"{name}.yaml"
+            path.write_text(text.replace(old, new), encoding="utf-8")
+            edited = lookup(load_pipeline(path, data_dir=deployment.data_dir), "disk full on the node")
+            if name == "budget":
+                assert edited["contextPack"]["charBudget"] == 300 < base["contextPack"]["usedChars"]
+            elif name == "mode":
+                assert {a["path"] for a in edited["retrievalTrace"]["attempts"]} == {"sdk"}
+                assert {a["path"] for a in base["retrievalTrace"]["attempts"]} == {"haystack"}
+            elif name == "threshold":
+                assert edited["retrievalTrace"]["fallbackReason"] == "filtered_vector_low_quality"
+                assert base["retrievalTrace"]["fallbackReason"] is None
+            else:
+                assert "keyword:disk full" in base["evidenceBlocks"][0]["hitReasons"]
+                assert "keyword:disk full" not in edited["evidenceBlocks"][0]["hitReasons"]
