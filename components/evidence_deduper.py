@@ -64,7 +64,7 @@ class EvidenceDeduper:
                 )
                 dropped.append({"evidence_key": key, "source": doc.meta.get("source"), "reason": "duplicate_key"})
             else:
-                merged[key] = doc
+                merged[key] = replace(doc, meta=dict(doc.meta))
         kept_blocks: list[Document] = []
         per_doc: dict[str, int] = {}
         for key, doc in merged.items():

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-import re
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -8,22 +8,11 @@ from typing import Any
 from haystack import component, logging
 
 from components.knowledge_index import CachedKnowledgeIndex, KnowledgeIndex
+from components.text_matching import has_cjk, mentions
 
 logger = logging.getLogger(__name__)
 
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _KINDS = ("title", "keyword", "entity", "category")
-
-
-def _matches(term: str, query: str) -> bool:
-    """English terms match on word boundaries, terms with CJK characters as substrings."""
-    start = query.find(term)
-    if start < 0:
-        return False
-    if _CJK.search(term):
-        return True
-    pattern = rf"(?<![\w]){re.escape(term)}(?![\w])"
-    return re.search(pattern, query) is not None
 
 
 @dataclass
@@ -32,7 +21,7 @@ class _TermIndex:
 
     documents: list[Any] = field(default_factory=list)
     terms: dict[str, dict[str, set[int]]] = field(default_factory=dict)
-    originals: dict[str, str] = field(default_factory=dict)  # folded term -> spelling in the knowledge base
+    originals: dict[tuple[str, str], str] = field(default_factory=dict)  # (kind, folded term) -> spelling
 
 
 @component
@@ -90,12 +79,12 @@ class L0HintProvider:
         self._index = _TermIndex()
 
     def _long_enough(self, term: str) -> bool:
-        limit = self.min_cjk_term_chars if _CJK.search(term) else self.min_term_chars
+        limit = self.min_cjk_term_chars if has_cjk(term) else self.min_term_chars
         return len(term) >= limit
 
     def _build(self, index: KnowledgeIndex) -> _TermIndex:
         terms: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
-        originals: dict[str, str] = {}
+        originals: dict[tuple[str, str], str] = {}
         for pos, doc in enumerate(index.documents):
             for kind, values in (
                 ("title", [doc.title]),
@@ -107,8 +96,9 @@ class L0HintProvider:
                     term = value.strip().casefold()
                     if term and self._long_enough(term):
                         terms[term][kind].add(pos)
-                        originals.setdefault(term, value.strip())
-        limit = max(1, int(self.max_keyword_doc_fraction * len(index.documents)))
+                        originals.setdefault((kind, term), value.strip())
+        # the epsilon keeps 0.29 * 100 from flooring to 28
+        limit = max(1, math.floor(self.max_keyword_doc_fraction * len(index.documents) + 1e-9))
         for term in list(terms):
             if len(terms[term].get("keyword", ())) > limit:
                 terms[term].pop("keyword")
@@ -148,18 +138,18 @@ class L0HintProvider:
         matched: dict[str, set[str]] = {kind: set() for kind in _KINDS}
         docs: set[int] = set()
         for term, kinds in self._index.terms.items():
-            if not _matches(term, folded):
+            if not mentions(folded, term):
                 continue
             for kind, positions in kinds.items():
                 matched[kind].add(term)
                 if kind != "category":
                     docs |= positions
         documents, spelled = self._index.documents, self._index.originals
-        domains = {documents[p].category for p in docs} | {spelled[c] for c in matched["category"]}
-        hints["matched_titles"] = sorted(spelled[t] for t in matched["title"])
-        hints["matched_keywords"] = sorted(spelled[t] for t in matched["keyword"])
-        hints["entities"] = sorted(spelled[t] for t in matched["entity"])
-        hints["domains"] = sorted(d for d in domains if d.strip())
+        domains = {documents[p].category.strip() for p in docs} | {spelled["category", c] for c in matched["category"]}
+        hints["matched_titles"] = sorted(spelled["title", t] for t in matched["title"])
+        hints["matched_keywords"] = sorted(spelled["keyword", t] for t in matched["keyword"])
+        hints["entities"] = sorted(spelled["entity", t] for t in matched["entity"])
+        hints["domains"] = sorted(d for d in domains if d)
         hints["matched_doc_ids"] = sorted(documents[p].doc_id for p in docs)
         category_filter = hints["domains"][0] if len(hints["domains"]) == 1 else ""
         return {"hints": hints, "category_filter": category_filter}

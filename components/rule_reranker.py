@@ -1,20 +1,13 @@
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Any
 
 from haystack import Document, component
 
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
+from components.text_matching import mentions
+
 DEFAULT_WEIGHTS = {"keyword": 0.02, "title": 0.03, "entity": 0.02, "domain": 0.01, "l0_document": 0.02}
-
-
-def _mentions(text: str, term: str) -> bool:
-    text, term = text.casefold(), term.casefold()
-    if _CJK.search(term):
-        return term in text
-    return re.search(rf"(?<![\w]){re.escape(term)}(?![\w])", text) is not None
 
 
 @component
@@ -72,7 +65,7 @@ class RuleReranker:
 
         chunk_keywords = {str(k).casefold() for k in meta.get("keywords") or []}
         for keyword in hints.get("matched_keywords", []):
-            if keyword.casefold() in chunk_keywords or _mentions(text, keyword):
+            if keyword.casefold() in chunk_keywords or mentions(text, keyword):
                 add("keyword", keyword)
         title = str(meta.get("title") or "").casefold()
         for matched in hints.get("matched_titles", []):
@@ -80,7 +73,7 @@ class RuleReranker:
                 add("title", matched)
         chunk_entities = {str(e).casefold() for e in meta.get("entities") or []}
         for entity in hints.get("entities", []):
-            if entity.casefold() in chunk_entities or _mentions(text, entity):
+            if entity.casefold() in chunk_entities or mentions(text, entity):
                 add("entity", entity)
         if meta.get("category") and meta["category"] in hints.get("domains", []):
             add("domain", str(meta["category"]))

@@ -8,6 +8,7 @@ import logging as stdlib_logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from pipelines.settings import Deployment
 
@@ -115,6 +116,17 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from pipelines.bench import run_bench
+
+    figures = run_bench(args.knowledge, rounds=args.rounds)
+    text = json.dumps(figures, ensure_ascii=False, indent=1)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lookup-knowledge", description="Evidence-first knowledge lookup for agents")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -143,6 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--limit", type=int, default=20)
     trace.add_argument("--session", default=None)
     trace.set_defaults(func=cmd_trace)
+
+    bench = sub.add_parser("bench", help="latency of the lookup pipeline next to a bare Haystack retrieval pipeline")
+    bench.add_argument("--knowledge", default=None, help="knowledge folder with eval.jsonl (default: knowledge/)")
+    bench.add_argument("--rounds", type=int, default=3)
+    bench.add_argument("--json", default=None, help="also write the figures to this file")
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 

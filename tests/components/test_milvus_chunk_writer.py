@@ -279,7 +279,12 @@ class TestMilvusChunkWriter:
                 chunk("gone.md", "v1", 0),
             ]
         )
-        foreign = {"pk": "foreign-1", "text": "written by another tool", "emb": unit(2), "meta_json": {"source": "a.md"}}
+        foreign = {
+            "pk": "foreign-1",
+            "text": "written by another tool",
+            "emb": unit(2),
+            "meta_json": {"source": "a.md"},
+        }
         bare = {"pk": "foreign-2", "text": "no metadata at all", "emb": unit(3), "meta_json": {}}
         writer.store.client.insert(writer.collection_name, [foreign, bare])
         writer.store.flush()
@@ -320,4 +325,3 @@ class TestMilvusChunkWriter:
         finally:
             writer.store.drop()
             writer.close()
-

@@ -50,12 +50,17 @@ def db_url(tmp_path):
 
 @pytest.fixture
 def seeded(db_url):
-    """s1 already received a.md#0 and b.md#0; c.md#0 was only in a not-found row; s2 received d.md#0."""
+    """s1 already received a.md#0 and b.md#0; c.md#0 was only in a not-found row; s2 received d.md#0.
+
+    Rows without a session (None or "") returned n.md#0 and e.md#0.
+    """
     store = TraceStore(db_url)
     store.write(_row("s1", ["a.md#0"]))
     store.write(_row("s1", ["b.md#0"]))
     store.write(_row("s1", ["c.md#0"], found=False))
     store.write(_row("s2", ["d.md#0"]))
+    store.write(_row(None, ["n.md#0"]))
+    store.write(_row("", ["e.md#0"]))
     store.close()
     return db_url
 
@@ -128,9 +133,9 @@ class TestSessionEvidenceFilter:
     @pytest.mark.integration
     @pytest.mark.parametrize("session_id", [None, ""])
     def test_without_session_nothing_is_held_back(self, seeded, make_filter, session_id):
-        docs = [_doc("a.md#0"), _doc("b.md#0"), _doc("d.md#0")]
+        docs = [_doc("a.md#0"), _doc("b.md#0"), _doc("d.md#0"), _doc("n.md#0"), _doc("e.md#0")]
         out = make_filter(database_url=seeded).run(documents=docs, session_id=session_id)
-        assert _keys(out["documents"]) == ["a.md#0", "b.md#0", "d.md#0"]
+        assert _keys(out["documents"]) == ["a.md#0", "b.md#0", "d.md#0", "n.md#0", "e.md#0"]
         assert out["session_summary"]["session_id"] is None
         assert out["session_summary"]["suppressed"] == []
 
