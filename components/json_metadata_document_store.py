@@ -38,6 +38,9 @@ def json_filter_expression(filters: dict[str, Any] | None, schema: CollectionSch
         return ""
     if "conditions" in filters:
         operator = filters.get("operator")
+        if not filters["conditions"]:
+            msg = f"logical operator {operator!r} needs at least one condition"
+            raise FilterError(msg)
         parts = [json_filter_expression(c, schema) for c in filters["conditions"]]
         if operator == "NOT":
             return f"not ({' and '.join(parts)})"
@@ -86,6 +89,7 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
         """
         super().__init__(**kwargs)
         self.metadata_field = metadata_field
+        CollectionSchema(metadata_field=metadata_field).validate()
         self._schema = CollectionSchema(
             collection_name=self.collection_name,
             id_field=self._primary_field,
@@ -93,6 +97,45 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
             vector_field=self._vector_field,
             metadata_field=metadata_field,
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        """
+        Serialize the store, including `metadata_field`.
+
+        :returns: The serialized store.
+        """
+        data = super().to_dict()
+        data["init_parameters"]["metadata_field"] = self.metadata_field
+        return data
+
+    def _flatten(self, docs: list[Document]) -> list[Document]:
+        for doc in docs:
+            nested = doc.meta.pop(self.metadata_field, None) or {}
+            doc.meta.update(nested)
+        return docs
+
+    def filter_documents(self, filters: dict[str, Any] | None = None) -> list[Document]:
+        """
+        Return the documents matching `meta.<key>` filters on the JSON metadata column, meta flattened.
+
+        :param filters: Haystack filters.
+        :returns: The matching documents (without vectors).
+        """
+        if not self._collection_exists:
+            return []
+        iterator = self.client.query_iterator(
+            self.collection_name,
+            batch_size=1000,
+            filter=json_filter_expression(filters, self._schema),
+            output_fields=[self._primary_field, self._text_field, self.metadata_field],
+        )
+        docs: list[Document] = []
+        try:
+            while batch := iterator.next():
+                docs.extend(self._parse_document(dict(row)) for row in batch)
+        finally:
+            iterator.close()
+        return self._flatten(docs)
 
     def _embedding_retrieval(
         self,
@@ -113,11 +156,7 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
             output_fields=[self._primary_field, self._text_field, self.metadata_field],
             partition_names=self.partition_names,
         )
-        docs = self._parse_search_result(res, distance_to_score_fn=self._select_score_fn())
-        for doc in docs:
-            nested = doc.meta.pop(self.metadata_field, None) or {}
-            doc.meta.update(nested)
-        return docs
+        return self._flatten(self._parse_search_result(res, distance_to_score_fn=self._select_score_fn()))
 
     def _parse_document(self, data: dict) -> Document:
         data.setdefault(self._vector_field, [])  # vectors are not fetched: they are not needed for evidence

@@ -268,7 +268,7 @@ class MilvusChunkStore:
         )
         return [
             {
-                "id": hit["id"],
+                "id": hit.get(s.id_field, hit.get("id")),
                 "distance": float(hit["distance"]),
                 "content": hit["entity"].get(s.content_field, ""),
                 "metadata": hit["entity"].get(s.metadata_field) or {},

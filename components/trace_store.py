@@ -125,7 +125,8 @@ class TraceStore:
         Persist a row (and any spooled rows before it).
 
         :param row: The row.
-        :returns: The row id, or None when the row was spooled because the database is unavailable.
+        :returns: The row id, or None when the database is unavailable (the row is spooled, or logged when no
+            spool file is configured or writable). Never raises.
         """
         with self._lock:
             try:
@@ -142,7 +143,14 @@ class TraceStore:
                     error=type(err).__name__,
                 )
                 self._engine = None
-                self._spool(row)
+                try:
+                    self._spool(row)
+                except Exception as spool_err:  # last resort: the row survives in the log
+                    logger.error(
+                        "Trace row could not be spooled ({error}): {row}",
+                        error=spool_err,
+                        row=row.model_dump_json(),
+                    )
                 return None
 
     def list(self, limit: int = 20, session_id: str | None = None) -> list[ToolInvocation]:
