@@ -1,6 +1,6 @@
 """Indexing throughput next to the raw embedder's throughput on the same text, in one run.
 
-Usage: python benchmarks/indexing_throughput.py KNOWLEDGE_DIR [--max-files N] [--json FILE]
+Usage: python benchmarks/indexing_throughput.py KNOWLEDGE_DIR [--max-files N] [--raw-sample N] [--json FILE]
 
 1. indexes KNOWLEDGE_DIR into a fresh temporary data folder (Milvus Lite) with `lookup-knowledge index`'s code;
 2. chunks the same files the same way and times the bare embedding model on exactly the texts the pipeline embeds.
@@ -34,6 +34,10 @@ def main() -> None:
     parser.add_argument("knowledge")
     parser.add_argument("--max-files", type=int, default=0, help="use only the first N files (0: all)")
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--raw-sample", type=int, default=0, help="time the raw model on N evenly spaced chunks only (0: all chunks)"
+    )
+    parser.add_argument("--keep-data", default=None, help="move the indexed data folder here instead of deleting it")
     args = parser.parse_args()
 
     source = Path(args.knowledge).resolve()
@@ -55,6 +59,9 @@ def main() -> None:
     chunks = HeadingChunker().run(docs)["documents"]
     embedder = OfflineDocumentEmbedder()
     texts = [embedder._text_to_embed(c) for c in chunks]
+    if args.raw_sample and args.raw_sample < len(texts):
+        step = len(texts) / args.raw_sample
+        texts = [texts[int(i * step)] for i in range(args.raw_sample)]
     backend = get_backend(embedder.model)
     started = time.perf_counter()
     for i in range(0, len(texts), embedder.batch_size):
@@ -69,6 +76,7 @@ def main() -> None:
         "chunks": summary.chunks,
         "index_seconds": round(summary.seconds, 1),
         "index_chars_per_second": round(summary.chars_per_second),
+        "raw_embed_chunks": len(texts),
         "raw_embed_seconds": round(raw_seconds, 1),
         "raw_embed_chars_per_second": round(raw_chars / raw_seconds),
         "index_to_raw_throughput_ratio": round(summary.chars_per_second / (raw_chars / raw_seconds), 3),
@@ -76,6 +84,8 @@ def main() -> None:
     print(json.dumps(result, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
+    if args.keep_data:
+        shutil.move(str(work / "data"), args.keep_data)
     shutil.rmtree(work, ignore_errors=True)
 
 

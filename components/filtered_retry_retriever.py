@@ -172,7 +172,7 @@ class FilteredRetryRetriever:
             if self.mode in ("haystack", "auto"):
                 self._haystack_retriever()
             if self.mode == "sdk":
-                self._sdk_store().load()
+                self.chunk_store().load()
         except Exception as err:
             logger.warning("Milvus is not reachable yet: {error}", error=err)
 
@@ -183,7 +183,12 @@ class FilteredRetryRetriever:
         self._sdk = None
         self._haystack = None
 
-    def _sdk_store(self) -> MilvusChunkStore:
+    def chunk_store(self) -> MilvusChunkStore:
+        """
+        The pymilvus view of the collection this retriever reads (the `sdk` path), connected on first use.
+
+        :returns: The chunk store.
+        """
         if self._sdk is None:
             self._sdk = MilvusChunkStore(self.uri, self._schema, token_from_env(self.token_env_var))
         return self._sdk
@@ -231,7 +236,7 @@ class FilteredRetryRetriever:
 
     def _search_sdk(self, vector: list[float], category: str, limit: int) -> list[Document]:
         expr = json_filter_expression(self._filters(category), self._schema)
-        hits = self._sdk_store().search(vector, top_k=limit, expr=expr)
+        hits = self.chunk_store().search(vector, top_k=limit, expr=expr)
         semantics = SEMANTICS[self.metric_type]
         return [
             Document(

@@ -209,6 +209,9 @@ class HeadingChunker:
             trail += [h for h in section.path if h != title]
             breadcrumb = " > ".join(trail)
             pieces.extend((breadcrumb, text) for text in self._pack(section))
+        if not pieces and (document.content or "").strip():
+            # a document of headings only is still findable by them
+            pieces = [(title, (document.content or "").strip())]
         chunks = []
         for index, (breadcrumb, text) in enumerate(pieces):
             chunk_meta: dict[str, Any] = {

@@ -128,17 +128,22 @@ class MilvusChunkStore:
     ```
     """
 
-    def __init__(self, uri: str, schema: CollectionSchema, token: str | None = None) -> None:
+    def __init__(
+        self, uri: str, schema: CollectionSchema, token: str | None = None, consistency_level: str = "Strong"
+    ) -> None:
         """
         Create the wrapper; nothing is connected until first use.
 
         :param uri: A Milvus Lite `.db` path or a server URI such as `http://127.0.0.1:19530`.
         :param schema: The collection's names and parameters.
         :param token: Optional server token (never logged).
+        :param consistency_level: Read consistency. `Strong` by default: pymilvus defaults to `Bounded`, under
+            which a server may answer from before the latest writes.
         """
         schema.validate()
         self.uri = uri
         self.schema = schema
+        self.consistency_level = consistency_level
         self._token = token
         self._client: MilvusClient | None = None
         self._loaded = False
@@ -178,7 +183,9 @@ class MilvusChunkStore:
         fields.add_field(s.metadata_field, DataType.JSON)
         index = self.client.prepare_index_params()
         index.add_index(field_name=s.vector_field, index_type=s.index_type, metric_type=s.metric_type)
-        self.client.create_collection(s.collection_name, schema=fields, index_params=index)
+        self.client.create_collection(
+            s.collection_name, schema=fields, index_params=index, consistency_level=self.consistency_level
+        )
         logger.info("Created Milvus collection {collection}", collection=s.collection_name)
 
     def drop(self) -> None:
@@ -221,27 +228,43 @@ class MilvusChunkStore:
     def count(self) -> int:
         """Return the number of rows."""
         self.load()
-        res = self.client.query(self.schema.collection_name, filter="", output_fields=["count(*)"])
+        res = self.client.query(
+            self.schema.collection_name,
+            filter="",
+            output_fields=["count(*)"],
+            consistency_level=self.consistency_level,
+        )
         return int(res[0]["count(*)"])
 
-    def scan_metadata(self, keys: tuple[str, ...] = ("source", "doc_version")) -> list[dict[str, Any]]:
+    def scan_metadata(
+        self, keys: tuple[str, ...] = ("source", "doc_version"), with_content: bool = False
+    ) -> list[dict[str, Any]]:
         """
-        Return `{id, <keys>...}` for every row, reading only the metadata column.
+        Return `{id, <keys>...}` (and `content`) for every row, never the vectors.
 
         :param keys: Metadata keys to return.
+        :param with_content: Also return the chunk text as `content`.
         :returns: One dict per row.
         """
         self.load()
         s = self.schema
+        fields = [s.id_field, s.metadata_field] + ([s.content_field] if with_content else [])
         iterator = self.client.query_iterator(
-            s.collection_name, batch_size=1000, filter="", output_fields=[s.id_field, s.metadata_field]
+            s.collection_name,
+            batch_size=1000,
+            filter="",
+            output_fields=fields,
+            consistency_level=self.consistency_level,
         )
         rows: list[dict[str, Any]] = []
         try:
             while batch := iterator.next():
                 for row in batch:
                     meta = row.get(s.metadata_field) or {}
-                    rows.append({"id": row[s.id_field], **{k: meta.get(k) for k in keys}})
+                    item = {"id": row[s.id_field], **{k: meta.get(k) for k in keys}}
+                    if with_content:
+                        item["content"] = row.get(s.content_field, "")
+                    rows.append(item)
         finally:
             iterator.close()
         return rows
@@ -265,6 +288,7 @@ class MilvusChunkStore:
             filter=expr,
             output_fields=[s.content_field, s.metadata_field],
             search_params={"metric_type": s.metric_type},
+            consistency_level=self.consistency_level,
         )
         return [
             {

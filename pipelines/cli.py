@@ -116,6 +116,27 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from pipelines.evaluation import evaluate, format_table, plot_report
+    from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
+
+    report = evaluate(
+        args.dataset,
+        data_dir=args.data_dir,
+        pipeline_path=args.pipeline or DEFAULT_LOOKUP_PIPELINE,
+        progress=not args.quiet,
+        limit=args.limit,
+    )
+    print(format_table(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        print(f"JSON report: {args.json}")
+    if args.plot:
+        plot_report(report, args.plot)
+        print(f"Plot: {args.plot}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from pipelines.bench import run_bench
 
@@ -155,6 +176,16 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--limit", type=int, default=20)
     trace.add_argument("--session", default=None)
     trace.set_defaults(func=cmd_trace)
+
+    evaluate = sub.add_parser("eval", help="score a labelled dataset: pipeline vs dense vs bm25, in one run")
+    evaluate.add_argument("dataset", help="folder with knowledge/ and eval.jsonl")
+    evaluate.add_argument("--data-dir", default=None, help="where the dataset is indexed (default data/eval/<name>)")
+    evaluate.add_argument("--json", default=None, help="write the report here")
+    evaluate.add_argument("--plot", default=None, help="write a PNG comparing the configs here")
+    evaluate.add_argument("--pipeline", default=None, help="pipeline YAML measured as 'pipeline'")
+    evaluate.add_argument("--limit", type=int, default=None, help="only the first N judged queries")
+    evaluate.add_argument("--quiet", action="store_true", help="no progress bars")
+    evaluate.set_defaults(func=cmd_eval)
 
     bench = sub.add_parser("bench", help="latency of the lookup pipeline next to a bare Haystack retrieval pipeline")
     bench.add_argument("--knowledge", default=None, help="knowledge folder with eval.jsonl (default: knowledge/)")

@@ -86,3 +86,8 @@ class TestHeadingChunker:
         HeadingChunker().run([doc])
         assert doc.meta == before
         assert HeadingChunker().run([]) == {"documents": []}
+
+    def test_document_of_headings_only_gives_one_chunk(self):
+        chunks = HeadingChunker().run([_doc("# Footnotes\n\n## Footnotes\n")])["documents"]
+        assert len(chunks) == 1 and "Footnotes" in chunks[0].content
+        assert chunks[0].meta["total_chunks"] == 1

@@ -1,0 +1,297 @@
+"""`lookup-knowledge eval`: document-level retrieval quality of the pipeline next to plain baselines, in one run.
+
+Configs, all on the same Milvus collection and embedding model:
+- `pipeline`: `pipelines.yaml` as configured; its ranking is the reranked candidate list (before the evidence caps
+  that only shape what an agent sees);
+- `dense`: plain embedding retrieval (no hints, no filter, no rerank);
+- `bm25`: BM25 over the same chunks.
+A retrieved chunk counts for its document (its best chunk ranks it). Metrics come from Haystack's document
+evaluators; queries without judged documents are left out and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from haystack import Document, Pipeline
+from haystack.components.evaluators import DocumentMRREvaluator, DocumentNDCGEvaluator, DocumentRecallEvaluator
+from tqdm import tqdm
+
+from components.bm25_index import Bm25ChunkIndex
+from components.embedding_backends import get_backend
+from components.filtered_retry_retriever import FilteredRetryRetriever
+from components.milvus_chunk_store import MilvusChunkStore
+from pipelines import load_pipeline
+from pipelines.indexing import KnowledgeIndexer
+from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, Deployment
+
+CUTOFF = 10
+
+
+@dataclass(frozen=True)
+class EvalQuery:
+    """One labelled question."""
+
+    qid: str
+    query: str
+    expected: list[str]
+    gold_categories: list[str]
+
+
+def load_eval_set(path: str | Path) -> list[EvalQuery]:
+    """
+    Read an `eval.jsonl` file (format of `shared/eval/README.md`).
+
+    :param path: The file.
+    :returns: The queries, judged or not.
+    :raises ValueError: Naming the line of a malformed entry.
+    """
+    queries = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            queries.append(
+                EvalQuery(
+                    qid=str(row.get("qid", number)),
+                    query=str(row["query"]),
+                    expected=[str(d) for d in row.get("expected_doc_ids") or []],
+                    gold_categories=[str(c) for c in row.get("gold_categories") or []],
+                )
+            )
+        except (ValueError, KeyError, TypeError) as err:
+            msg = f"{path}:{number}: not a valid eval entry ({err})"
+            raise ValueError(msg) from err
+    return queries
+
+
+def document_ranking(doc_ids: list[str], cutoff: int = CUTOFF) -> list[str]:
+    """
+    Turn a ranked list of chunks' document ids into a ranked list of documents (best chunk first).
+
+    :param doc_ids: The document id of each retrieved chunk, best chunk first.
+    :param cutoff: Most documents kept.
+    :returns: Unique document ids in order of first appearance.
+    """
+    return list(dict.fromkeys(doc_ids))[:cutoff]
+
+
+def score_rankings(rankings: list[list[str]], gold: list[list[str]]) -> dict[str, float]:
+    """
+    Compute nDCG@10, Recall@5, Recall@10 and MRR@10 with Haystack's document evaluators (binary relevance).
+
+    :param rankings: Ranked document ids per query.
+    :param gold: Relevant document ids per query (non-empty).
+    :returns: The averaged metrics.
+    """
+
+    def docs(ids: list[str]) -> list[Document]:
+        return [Document(id=i, content=i) for i in ids]
+
+    truth = [docs(g) for g in gold]
+    at10 = [docs(r[:10]) for r in rankings]
+    at5 = [docs(r[:5]) for r in rankings]
+    recall = DocumentRecallEvaluator(mode="multi_hit")
+    return {
+        "ndcg@10": DocumentNDCGEvaluator().run(ground_truth_documents=truth, retrieved_documents=at10)["score"],
+        "recall@5": recall.run(ground_truth_documents=truth, retrieved_documents=at5)["score"],
+        "recall@10": recall.run(ground_truth_documents=truth, retrieved_documents=at10)["score"],
+        "mrr@10": DocumentMRREvaluator().run(ground_truth_documents=truth, retrieved_documents=at10)["score"],
+    }
+
+
+class _Baselines:
+    """The `dense` and `bm25` configs, reading the same collection as the pipeline."""
+
+    def __init__(self, store: MilvusChunkStore, model: str, top_k: int) -> None:
+        self.store = store
+        self.backend = get_backend(model)
+        self.top_k = top_k
+        rows = store.scan_metadata(keys=("doc_id",), with_content=True)
+        self.doc_of = {r["id"]: r["doc_id"] for r in rows}
+        self.bm25 = Bm25ChunkIndex([r["id"] for r in rows], [r["content"] for r in rows])
+
+    def dense(self, query: str) -> list[str]:
+        vector = self.backend.embed_queries([query])[0].tolist()
+        return [h["metadata"].get("doc_id", h["id"]) for h in self.store.search(vector, top_k=self.top_k)]
+
+    def bm25_search(self, query: str) -> list[str]:
+        return [self.doc_of[chunk] for chunk, _ in self.bm25.search(query, top_k=self.top_k)]
+
+
+def _pipeline_runner(pipeline: Pipeline, l0_log: list[dict[str, Any]]) -> Callable[[str], list[str]]:
+    def run(query: str) -> list[str]:
+        out = pipeline.run(
+            {"query_transformer": {"query": query}, "recorder": {"raw_query": query}},
+            include_outputs_from={"reranker", "retriever", "l0"},
+        )
+        trace = out["retriever"]["retrieval_trace"]
+        l0_log.append(
+            {
+                "category_filter": out["l0"]["category_filter"],
+                "fallback_reason": trace["fallback_reason"],
+                "selected_attempt": trace["selected_attempt"],
+            }
+        )
+        return [d.meta.get("doc_id") or d.meta.get("source") or d.id for d in out["reranker"]["documents"]]
+
+    return run
+
+
+def evaluate(
+    dataset_dir: str | Path,
+    data_dir: str | Path | None = None,
+    pipeline_path: str | Path = DEFAULT_LOOKUP_PIPELINE,
+    component_params: dict[str, dict[str, Any]] | None = None,
+    progress: bool = True,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """
+    Index the dataset's knowledge (if not yet indexed) and score its questions with every config.
+
+    :param dataset_dir: A folder with `knowledge/` and `eval.jsonl`.
+    :param data_dir: Where the dataset is indexed (default `./data/eval/<dataset name>`).
+    :param pipeline_path: The pipeline YAML measured as `pipeline`.
+    :param component_params: Overrides for the pipeline's components.
+    :param progress: Show progress bars.
+    :param limit: Use only the first N judged queries (for quick checks).
+    :returns: The report (JSON-ready).
+    :raises FileNotFoundError: If the folder lacks `knowledge/` or `eval.jsonl`.
+    """
+    dataset = Path(dataset_dir).resolve()
+    eval_file = dataset / "eval.jsonl"
+    # a dataset folder holds knowledge/; a knowledge folder may also hold its own eval.jsonl (like knowledge/)
+    knowledge = dataset / "knowledge" if (dataset / "knowledge").is_dir() else dataset
+    for path in (knowledge, eval_file):
+        if not path.exists():
+            msg = f"{path} does not exist; a dataset folder needs knowledge/ and eval.jsonl"
+            raise FileNotFoundError(msg)
+    queries = load_eval_set(eval_file)
+    judged = [q for q in queries if q.expected][:limit]
+    deployment = Deployment.resolve(data_dir or Path("data") / "eval" / dataset.name)
+
+    indexer = KnowledgeIndexer(deployment)
+    summary = indexer.index(knowledge, progress=progress)
+    model = indexer.embedding_model
+    indexer.close()
+
+    pipeline = load_pipeline(
+        pipeline_path,
+        data_dir=deployment.data_dir,
+        milvus_uri=deployment.milvus_uri,
+        trace_db_url=deployment.trace_db_url,
+        component_params=component_params,
+    )
+    retriever = pipeline.get_component("retriever")
+    if not isinstance(retriever, FilteredRetryRetriever):
+        msg = f"{pipeline_path} must have a FilteredRetryRetriever named 'retriever'"
+        raise ValueError(msg)
+    # the baselines read the same collection, schema and connection as the pipeline
+    baselines = _Baselines(retriever.chunk_store(), model, top_k=retriever.top_k * 3)
+    l0_log: list[dict[str, Any]] = []
+    runners: dict[str, Callable[[str], list[str]]] = {
+        "pipeline": _pipeline_runner(pipeline, l0_log),
+        "dense": baselines.dense,
+        "bm25": baselines.bm25_search,
+    }
+    rankings: dict[str, list[list[str]]] = {name: [] for name in runners}
+    latencies: dict[str, list[float]] = {name: [] for name in runners}
+    for query in tqdm(judged, desc="Querying", unit="query", disable=not progress):
+        for name, run in runners.items():
+            started = time.perf_counter()
+            ranked = run(query.query)
+            latencies[name].append((time.perf_counter() - started) * 1000)
+            rankings[name].append(document_ranking(ranked))
+
+    gold = [q.expected for q in judged]
+    configs = {}
+    for name in runners:
+        metrics = score_rankings(rankings[name], gold) if judged else {}
+        metrics["latency_ms_p50"] = statistics.median(latencies[name]) if judged else 0.0
+        configs[name] = {k: round(v, 4) for k, v in metrics.items()}
+    return {
+        "dataset": dataset.name,
+        "queries": len(queries),
+        "judged": len(judged),
+        "unjudged_left_out": len([q for q in queries if not q.expected]),
+        "index": summary.as_dict(),
+        "configs": configs,
+        "l0": _l0_stats(judged, l0_log, rankings["pipeline"]),
+    }
+
+
+def _l0_stats(judged: list[EvalQuery], log: list[dict[str, Any]], rankings: list[list[str]]) -> dict[str, Any]:
+    n = len(log) or 1
+    filtered = [(q, entry) for q, entry in zip(judged, log, strict=True) if entry["category_filter"]]
+    correct = [q for q, entry in filtered if entry["category_filter"] in q.gold_categories]
+    per_attempt: dict[str, Any] = {}
+    for attempt in ("filtered", "unfiltered"):
+        picked = [i for i, entry in enumerate(log) if entry["selected_attempt"] == attempt]
+        if picked:
+            scores = score_rankings([rankings[i] for i in picked], [judged[i].expected for i in picked])
+            per_attempt[attempt] = {"queries": len(picked), "ndcg@10": round(scores["ndcg@10"], 4)}
+    return {
+        "filter_rate": round(len(filtered) / n, 4),
+        "filter_precision": round(len(correct) / len(filtered), 4) if filtered else None,
+        "retry_rate": round(sum(1 for entry in log if entry["fallback_reason"]) / n, 4),
+        "selected_attempt_quality": per_attempt,
+    }
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """
+    Render the report as a terminal table.
+
+    :param report: From `evaluate`.
+    :returns: The table text.
+    """
+    columns = ("ndcg@10", "recall@5", "recall@10", "mrr@10", "latency_ms_p50")
+    lines = [
+        f"{report['dataset']}: {report['judged']} judged queries ({report['unjudged_left_out']} without "
+        f"document judgments left out)",
+        f"{'config':<12}" + "".join(f"{c:>16}" for c in columns),
+    ]
+    for name, metrics in report["configs"].items():
+        lines.append(f"{name:<12}" + "".join(f"{metrics.get(c, 0):>16.4f}" for c in columns))
+    l0 = report["l0"]
+    precision = "n/a" if l0["filter_precision"] is None else f"{l0['filter_precision']:.3f}"
+    lines.append(
+        f"L0: filter_rate {l0['filter_rate']:.3f}, filter_precision {precision}, retry_rate {l0['retry_rate']:.3f}"
+    )
+    return "\n".join(lines)
+
+
+def plot_report(report: dict[str, Any], path: str | Path) -> None:
+    """
+    Draw the configs' metrics side by side as a PNG.
+
+    :param report: From `evaluate`.
+    :param path: The PNG file.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = ("ndcg@10", "recall@5", "recall@10", "mrr@10")
+    names = list(report["configs"])
+    width = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, name in enumerate(names):
+        values = [report["configs"][name].get(m, 0) for m in metrics]
+        bars = ax.bar([x + i * width for x in range(len(metrics))], values, width, label=name)
+        ax.bar_label(bars, fmt="%.3f", fontsize=7)
+    ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(metrics))], metrics)
+    ax.set_ylim(0, 1)
+    ax.set_title(f"{report['dataset']} — {report['judged']} judged queries")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,196 @@
+"""`lookup_knowledge` as an MCP server (the `mcp` SDK's `MCPServer`), over stdio or streamable HTTP.
+
+```bash
+python -m pipelines.mcp_server                                  # stdio, ./data
+python -m pipelines.mcp_server --transport http --port 8765     # http://127.0.0.1:8765/mcp
+```
+
+The lookup pipeline is loaded once at start-up. The tool takes `query` and an optional `session_id` and returns the
+same compact JSON as the Haystack tool (`pipelines.agent_tool`), as text content and as structured content. A
+rejected query or a failed lookup (Milvus unreachable, nothing indexed) is an `isError` tool result with the reason;
+the server keeps serving. Every call that reaches the tool is recorded in the trace database with the caller's
+`session_id`; calls whose arguments do not match the input schema (no `query`, a non-string `query`) are answered by
+the SDK before the tool runs. In stdio mode nothing but protocol messages reaches stdout: logs go to stderr, and the
+standard output descriptor points at stderr while the pipeline loads (and, thanks to the SDK, while serving).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging as stdlib_logging
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Literal
+
+from haystack import logging
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent
+from pydantic import Field
+
+from pipelines.agent_tool import (
+    TOOL_DESCRIPTION,
+    TOOL_NAME,
+    TOOL_PARAMETERS,
+    LookupKnowledgeTool,
+    LookupToolError,
+    compact_result_json,
+    lookup_knowledge_tool,
+)
+from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
+
+__all__ = ["build_server", "main", "serve"]
+
+logger = logging.getLogger(__name__)
+
+SERVER_NAME = "lookup-knowledge"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+HTTP_PATH = "/mcp"
+
+SERVER_INSTRUCTIONS = (
+    "Evidence-first knowledge lookup. Call lookup_knowledge before answering questions about the knowledge base; "
+    "answer only from the evidence it returns and cite its sources. Pass the same session_id on every call of a "
+    "conversation."
+)
+
+_QUERY_DESCRIPTION = TOOL_PARAMETERS["properties"]["query"]["description"]
+_SESSION_DESCRIPTION = TOOL_PARAMETERS["properties"]["session_id"]["description"]
+
+
+def build_server(tool: LookupKnowledgeTool, *, log_level: str = "WARNING") -> MCPServer:
+    """
+    Build the MCP server around a `lookup_knowledge` tool (whose pipeline is loaded).
+
+    :param tool: From `pipelines.agent_tool.lookup_knowledge_tool`.
+    :param log_level: The SDK's log level (logs go to stderr).
+    :returns: The server, with the one tool `lookup_knowledge`.
+    """
+    server: MCPServer = MCPServer(
+        SERVER_NAME,
+        instructions=SERVER_INSTRUCTIONS,
+        log_level=log_level,  # type: ignore[arg-type]
+    )
+
+    def lookup_knowledge(
+        query: Annotated[str, Field(description=_QUERY_DESCRIPTION)],
+        session_id: Annotated[str | None, Field(description=_SESSION_DESCRIPTION)] = None,
+    ) -> CallToolResult:
+        """Run one lookup; runs in a worker thread (the tool serializes its pipeline runs)."""
+        try:
+            compact = tool.lookup(query, session_id=session_id)
+        except LookupToolError as err:
+            raise ToolError(str(err)) from err
+        except Exception as err:  # a crash inside the pipeline: still a tool error, never a dead server
+            logger.exception("lookup_knowledge failed: {error}", error=err)
+            msg = f"{TOOL_NAME} failed: {type(err).__name__}: {err}. Tell the user the knowledge lookup failed."
+            raise ToolError(msg) from err
+        return CallToolResult(
+            content=[TextContent(type="text", text=compact_result_json(compact))],
+            structured_content=compact,
+        )
+
+    server.add_tool(lookup_knowledge, name=TOOL_NAME, description=TOOL_DESCRIPTION, structured_output=False)
+    return server
+
+
+@contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Point the standard output descriptor at stderr (for this process and the children it starts meanwhile)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def serve(
+    transport: Literal["stdio", "http"] = "stdio",
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    data_dir: str | Path | None = None,
+    pipeline_path: str | Path | None = None,
+) -> None:
+    """
+    Load the lookup pipeline once and serve `lookup_knowledge` until the client disconnects (stdio) or the process
+    is stopped (http).
+
+    :param transport: `stdio` (for a client that starts the server) or `http` (streamable HTTP at `/mcp`).
+    :param host: HTTP bind address; loopback by default.
+    :param port: HTTP port.
+    :param data_dir: Data folder (else `LOOKUP_KNOWLEDGE_DATA_DIR`, else `./data`); `MILVUS_URI` and `TRACE_DB_URL`
+        apply as everywhere.
+    :param pipeline_path: The lookup pipeline YAML (default `pipelines.yaml`).
+    :raises ValueError: If `transport` is unknown or the pipeline file is not a pipeline.
+    :raises FileNotFoundError: If the pipeline file does not exist.
+    """
+    if transport not in ("stdio", "http"):
+        msg = f"transport must be 'stdio' or 'http', not {transport!r}"
+        raise ValueError(msg)
+    # pymilvus logs every failed RPC itself; the tool error and the trace carry the reason once
+    stdlib_logging.getLogger("pymilvus").setLevel(stdlib_logging.CRITICAL)
+    path = pipeline_path or DEFAULT_LOOKUP_PIPELINE
+    if transport == "stdio":
+        with _stdout_to_stderr():  # loading may start Milvus Lite; nothing it prints may reach the protocol stream
+            tool = lookup_knowledge_tool(path, data_dir=data_dir)
+        build_server(tool).run("stdio")
+        return
+    tool = lookup_knowledge_tool(path, data_dir=data_dir)
+    server = build_server(tool, log_level="INFO")
+    logger.info(
+        "Serving {tool} over streamable HTTP at http://{host}:{port}{path}",
+        tool=TOOL_NAME,
+        host=host,
+        port=port,
+        path=HTTP_PATH,
+    )
+    server.run("streamable-http", host=host, port=port, streamable_http_path=HTTP_PATH)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """
+    The command line of `python -m pipelines.mcp_server` (and `lookup-knowledge serve`).
+
+    :returns: The parser.
+    """
+    parser = argparse.ArgumentParser(
+        prog="lookup-knowledge serve", description="Serve the lookup_knowledge tool over MCP (stdio or HTTP)"
+    )
+    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"HTTP bind address (default: {DEFAULT_HOST})")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default: {DEFAULT_PORT})")
+    parser.add_argument("--data-dir", default=None, help="data folder (default: ./data or LOOKUP_KNOWLEDGE_DATA_DIR)")
+    parser.add_argument("--pipeline", default=None, help="pipeline YAML (default: pipelines.yaml)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """
+    Run the server from the command line.
+
+    :param argv: Arguments (default: `sys.argv[1:]`).
+    :returns: 0 after a clean shutdown, 2 for a bad pipeline file or option, 1 for another start-up failure.
+    """
+    args = build_parser().parse_args(argv)
+    try:
+        serve(args.transport, host=args.host, port=args.port, data_dir=args.data_dir, pipeline_path=args.pipeline)
+    except KeyboardInterrupt:
+        return 0
+    except (FileNotFoundError, ValueError) as err:
+        print(f"lookup-knowledge serve: {err}", file=sys.stderr)
+        return 2
+    except Exception as err:
+        print(f"lookup-knowledge serve: internal error: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

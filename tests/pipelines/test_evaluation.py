@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from pipelines.cli import main
+from pipelines.evaluation import document_ranking, evaluate, load_eval_set, score_rankings
+
+EVAL_LINES = [
+    {
+        "qid": "q1",
+        "query": "disk usage above 90 percent on a node",
+        "expected_doc_ids": ["alerts-disk"],
+        "gold_categories": ["alerts"],
+    },
+    {
+        "qid": "q2",
+        "query": "退款多久原路退回",
+        "expected_doc_ids": ["payments-refund"],
+        "gold_categories": ["payments"],
+    },
+    {
+        "qid": "q3",
+        "query": "price of the basic subscription plan",
+        "expected_doc_ids": ["faq-plans"],
+        "gold_categories": ["product-faq"],
+    },
+    {"qid": "q4", "query": "who won the football match", "expected_doc_ids": [], "gold_categories": []},
+]
+
+
+class TestScoreRankings:
+    def test_hand_checked_metrics(self):
+        scores = score_rankings([["a", "b", "c"], ["x", "y"]], [["b"], ["a", "y"]])
+        ndcg_q1 = 1 / math.log2(3)
+        ndcg_q2 = (1 / math.log2(3)) / (1 + 1 / math.log2(3))
+        assert scores["ndcg@10"] == pytest.approx((ndcg_q1 + ndcg_q2) / 2, abs=1e-6)
+        assert scores["recall@10"] == pytest.approx((1 + 0.5) / 2)
+        assert scores["mrr@10"] == pytest.approx((0.5 + 0.5) / 2)
+
+    def test_cutoffs_apply(self):
+        ranking = [[f"d{i}" for i in range(12)]]
+        assert score_rankings(ranking, [["d6"]])["recall@5"] == 0.0
+        assert score_rankings(ranking, [["d6"]])["recall@10"] == 1.0
+        assert score_rankings(ranking, [["d11"]])["recall@10"] == 0.0
+        assert score_rankings(ranking, [["d11"]])["mrr@10"] == 0.0
+
+    def test_document_ranking_counts_the_best_chunk(self):
+        assert document_ranking(["a", "a", "b", "a", "c"]) == ["a", "b", "c"]
+        assert document_ranking([f"d{i}" for i in range(20)], cutoff=3) == ["d0", "d1", "d2"]
+
+
+class TestLoadEvalSet:
+    def test_reads_judged_and_unjudged(self, tmp_path):
+        path = tmp_path / "eval.jsonl"
+        path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in EVAL_LINES) + "\n\n", encoding="utf-8")
+        queries = load_eval_set(path)
+        assert [q.qid for q in queries] == ["q1", "q2", "q3", "q4"]
+        assert queries[3].expected == [] and queries[1].gold_categories == ["payments"]
+
+    def test_malformed_line_names_the_line(self, tmp_path):
+        path = tmp_path / "eval.jsonl"
+        path.write_text(json.dumps(EVAL_LINES[0]) + "\n{not json\n", encoding="utf-8")
+        with pytest.raises(ValueError, match=r"eval.jsonl:2"):
+            load_eval_set(path)
+
+
+@pytest.mark.integration
+class TestEvaluate:
+    @pytest.fixture
+    def dataset(self, tmp_path, tiny_kb):
+        folder = tiny_kb.parent
+        (folder / "eval.jsonl").write_text(
+            "\n".join(json.dumps(r, ensure_ascii=False) for r in EVAL_LINES), encoding="utf-8"
+        )
+        return folder
+
+    def test_report_has_the_contracted_keys_and_reuses_the_index(self, dataset, tmp_path):
+        data = tmp_path / "evaldata"
+        report = evaluate(dataset, data_dir=data, progress=False)
+        assert report["dataset"] == dataset.name
+        assert (report["queries"], report["judged"], report["unjudged_left_out"]) == (4, 3, 1)
+        assert set(report["configs"]) >= {"pipeline", "dense", "bm25"}
+        for metrics in report["configs"].values():
+            assert set(metrics) == {"ndcg@10", "recall@5", "recall@10", "mrr@10", "latency_ms_p50"}
+            assert all(0 <= metrics[k] <= 1 for k in ("ndcg@10", "recall@5", "recall@10", "mrr@10"))
+        assert report["configs"]["dense"]["recall@10"] == 1.0  # three documents: every one is in the top 10
+        assert set(report["l0"]) >= {"filter_rate", "filter_precision", "retry_rate"}
+        assert report["index"]["indexed"] == 3
+        again = evaluate(dataset, data_dir=data, progress=False)
+        assert again["index"]["indexed"] == 0 and again["index"]["skipped"] == 3
+
+    def test_cli_prints_a_table_and_writes_json_and_plot(self, dataset, tmp_path, capsys):
+        out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
+        code = main(
+            [
+                "eval",
+                str(dataset),
+                "--data-dir",
+                str(tmp_path / "d"),
+                "--json",
+                str(out_json),
+                "--plot",
+                str(out_png),
+                "--quiet",
+            ]
+        )
+        assert code == 0
+        table = capsys.readouterr().out
+        assert "ndcg@10" in table and "bm25" in table and "dense" in table and "pipeline" in table
+        report = json.loads(out_json.read_text())
+        assert {"dataset", "queries", "judged", "configs", "l0"} <= set(report)
+        assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    def test_missing_eval_file_is_a_clear_error(self, tmp_path, capsys):
+        assert main(["eval", str(tmp_path), "--data-dir", str(tmp_path / "d")]) == 2
+        assert "eval.jsonl" in capsys.readouterr().err
