@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
+# Haystack reads this when it is first imported; no network at run time (telemetry would try to phone home)
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+
 from pathlib import Path
 from typing import Any
 

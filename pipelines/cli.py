@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging as stdlib_logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from pipelines.settings import Deployment
-
-os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 
 def _print_index_summary(summary: dict, deployment: Deployment) -> None:
@@ -116,6 +114,14 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from pipelines.mcp_server import serve
+
+    with contextlib.suppress(KeyboardInterrupt):
+        serve(args.transport, host=args.host, port=args.port, data_dir=args.data_dir, pipeline_path=args.pipeline)
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from pipelines.evaluation import evaluate, format_table, plot_report
     from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
@@ -176,6 +182,14 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--limit", type=int, default=20)
     trace.add_argument("--session", default=None)
     trace.set_defaults(func=cmd_trace)
+
+    serve_p = sub.add_parser("serve", help="serve lookup_knowledge over MCP (stdio or streamable HTTP)")
+    serve_p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    serve_p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: loopback)")
+    serve_p.add_argument("--port", type=int, default=8765)
+    serve_p.add_argument("--data-dir", default=None)
+    serve_p.add_argument("--pipeline", default=None, help="pipeline YAML (default: pipelines.yaml)")
+    serve_p.set_defaults(func=cmd_serve)
 
     evaluate = sub.add_parser("eval", help="score a labelled dataset: pipeline vs dense vs bm25, in one run")
     evaluate.add_argument("dataset", help="folder with knowledge/ and eval.jsonl")

@@ -50,6 +50,7 @@ SERVER_NAME = "lookup-knowledge"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 HTTP_PATH = "/mcp"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 SERVER_INSTRUCTIONS = (
     "Evidence-first knowledge lookup. Call lookup_knowledge before answering questions about the knowledge base; "
@@ -136,6 +137,8 @@ def serve(
         raise ValueError(msg)
     # pymilvus logs every failed RPC itself; the tool error and the trace carry the reason once
     stdlib_logging.getLogger("pymilvus").setLevel(stdlib_logging.CRITICAL)
+    # one INFO line per component and call is too much for a server log
+    stdlib_logging.getLogger("haystack").setLevel(stdlib_logging.WARNING)
     path = pipeline_path or DEFAULT_LOOKUP_PIPELINE
     if transport == "stdio":
         with _stdout_to_stderr():  # loading may start Milvus Lite; nothing it prints may reach the protocol stream
@@ -144,6 +147,12 @@ def serve(
         return
     tool = lookup_knowledge_tool(path, data_dir=data_dir)
     server = build_server(tool, log_level="INFO")
+    if host not in LOOPBACK_HOSTS:
+        logger.warning(
+            "Serving {tool} on {host}, which is not a loopback address: the server has no authentication",
+            tool=TOOL_NAME,
+            host=host,
+        )
     logger.info(
         "Serving {tool} over streamable HTTP at http://{host}:{port}{path}",
         tool=TOOL_NAME,

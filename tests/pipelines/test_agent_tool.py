@@ -221,19 +221,26 @@ class TestAgent:
         session = "agent-bad-input"
         result, generator = run_agent(
             tool,
-            lookup_calls({"query": "   ", "session_id": session}, {"session_id": session}),
+            lookup_calls(
+                {"query": "   ", "session_id": session},
+                {"session_id": session},  # no query at all
+                {"query": 42, "session_id": session},  # not a string
+            ),
             ChatMessage.from_assistant("I need a question to look up."),
         )
         assert result["last_message"].text == "I need a question to look up."
         results = tool_results(result["messages"])
-        assert [r.error for r in results] == [True, True]
-        for r in results:
+        assert [r.error for r in results] == [True, True, True]
+        reasons = ["query is empty", "query is empty", "query must be a string, got int"]
+        for r, reason in zip(results, reasons, strict=True):
             assert isinstance(r.result, str)
             assert "lookup_knowledge rejected the query (evidenceStatus=invalid_query" in r.result
-            assert "query is empty" in r.result and "non-empty question" in r.result
-        assert len(generator.received[1]) == 4  # user, assistant with two calls, two tool results: all reached it
+            assert reason in r.result and "non-empty question" in r.result
+        assert len(generator.received[1]) == 5  # user, assistant with three calls, three tool results
         rows = trace_rows(data_dir, session)
-        assert [(r.status, r.found, r.error) for r in rows] == [("invalid_query", False, "query is empty")] * 2
+        assert sorted((r.status, r.found, r.error) for r in rows) == sorted(
+            ("invalid_query", False, reason) for reason in reasons
+        )
         reported = sorted(int(m) for r in results for m in re.findall(r"traceId=(\d+)\)", str(r.result)))
         assert reported == sorted(r.id for r in rows)
 

@@ -13,6 +13,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -174,9 +175,8 @@ class TestStdio:
         assert [(r.status, r.query) for r in trace_rows(data, "down")] == [("error", "disk")] * 2
 
     def test_only_protocol_messages_on_stdout(self, tmp_path):
-        """A raw client: every stdout line of the server, from start-up on, is a JSON-RPC message."""
+        """A raw client: every stdout line of the server, from start-up to exit, is a JSON-RPC message."""
         data = index_in_subprocess(tmp_path)
-        request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
         init = {
             "jsonrpc": "2.0",
             "id": 0,
@@ -187,23 +187,52 @@ class TestStdio:
                 "clientInfo": {"name": "raw-test", "version": "0"},
             },
         }
-        lines = "\n".join(json.dumps(m) for m in (init, {"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        done = subprocess.run(
-            server_command(data),
-            input=lines + "\n" + json.dumps(request) + "\n",
-            cwd=REPO_ROOT,
-            env=subprocess_env(),
-            capture_output=True,
-            text=True,
-            timeout=STEP_TIMEOUT,
-            check=False,
-        )
-        out = [line for line in done.stdout.splitlines() if line.strip()]
-        assert out, done.stderr
-        messages = [json.loads(line) for line in out]
+        then = [
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "lookup_knowledge", "arguments": {}},
+            },
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}},
+        ]
+        with (tmp_path / "server.stderr").open("w") as errlog:
+            proc = subprocess.Popen(
+                server_command(data),
+                cwd=REPO_ROOT,
+                env=subprocess_env(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errlog,
+                text=True,
+            )
+            watchdog = threading.Timer(STEP_TIMEOUT, proc.kill)
+            watchdog.start()
+            try:
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write(json.dumps(init) + "\n")
+                proc.stdin.flush()
+                lines = [proc.stdout.readline()]  # the first line after start-up (pipeline loading) and initialize
+                proc.stdin.write("".join(json.dumps(m) + "\n" for m in then))
+                proc.stdin.flush()
+                while len(lines) < 3 and lines[-1]:
+                    lines.append(proc.stdout.readline())
+                proc.stdin.close()
+                lines.extend(proc.stdout.readlines())  # until the server exits on end of input
+                assert proc.wait(timeout=STEP_TIMEOUT) == 0
+            finally:
+                watchdog.cancel()
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(timeout=10)
+        messages = [json.loads(line) for line in lines if line.strip()]
         assert all(m.get("jsonrpc") == "2.0" for m in messages)
-        [listing] = [m for m in messages if m.get("id") == 1]
-        assert [t["name"] for t in listing["result"]["tools"]] == ["lookup_knowledge"]
+        replies = {m["id"]: m for m in messages if "id" in m}
+        assert set(replies) == {0, 1, 2}
+        assert replies[0]["result"]["serverInfo"]["name"] == "lookup-knowledge"
+        assert replies[1]["result"]["isError"] is True  # no query: refused by the SDK's argument validation
+        assert [t["name"] for t in replies[2]["result"]["tools"]] == ["lookup_knowledge"]
 
 
 @pytest.fixture
@@ -253,15 +282,20 @@ class TestHttp:
         trace_ids = asyncio.run(scenario())
         assert_traced(data, "mcp-http", trace_ids)
         port = url.split(":")[2].split("/")[0]
-        assert f"http://127.0.0.1:{port}" in stderr_path.read_text()  # bound to loopback by default
+        assert f"Uvicorn running on http://127.0.0.1:{port}" in stderr_path.read_text()  # loopback by default
 
 
 class TestDocs:
     def test_mcp_client_snippet_runs_as_written(self, tmp_path, monkeypatch, capsys):
         """The doc's client starts `lookup-knowledge serve` (the console script of this environment)."""
+        monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+        wired = subprocess.run(["lookup-knowledge", "serve", "--help"], capture_output=True, text=True, check=False)
+        assert wired.returncode == 0 and "--transport" in wired.stdout, (
+            "`lookup-knowledge serve` is not wired in pipelines/cli.py (it must call pipelines.mcp_server.serve): "
+            + wired.stderr
+        )
         data = index_in_subprocess(tmp_path)
         monkeypatch.chdir(tmp_path)  # the snippet uses --data-dir data
-        monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
         code = python_snippet(AGENT_DOC, "stdio_client")
         namespace: dict[str, Any] = {"__name__": "__doc_snippet__"}
         exec(compile(code, f"{AGENT_DOC}:mcp", "exec"), namespace)
