@@ -4,9 +4,11 @@ import time
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 from haystack import Document, component, logging
 from milvus_haystack import MilvusEmbeddingRetriever
 
+from components.bm25_index import Bm25ChunkIndex
 from components.json_metadata_document_store import JsonMetadataMilvusDocumentStore, json_filter_expression
 from components.knowledge_index import CachedKnowledgeIndex
 from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore, token_from_env
@@ -43,6 +45,10 @@ def raw_from_normalized(similarity: float, metric_type: str) -> float:
     :returns: The raw value.
     """
     return 4 * (1 - similarity) if metric_type == "L2" else 2 * similarity - 1
+
+
+def _similarity(doc: Document) -> float:
+    return float(doc.meta.get("similarity", doc.score or 0.0))
 
 
 def evidence_key(meta: dict[str, Any], fallback: str) -> str:
@@ -102,6 +108,7 @@ class FilteredRetryRetriever:
         top_k: int = 10,
         reference_threshold: float = 0.9,
         evidence_threshold: float = 0.0,
+        lexical_weight: float = 0.0,
         enabled: bool = True,
         token_env_var: str | None = "MILVUS_TOKEN",  # noqa: S107 - a variable name, not a secret
     ) -> None:
@@ -121,6 +128,9 @@ class FilteredRetryRetriever:
         :param top_k: Candidates per attempt.
         :param reference_threshold: Lowest top similarity at which a filtered attempt is good enough.
         :param evidence_threshold: Lowest similarity of a usable candidate.
+        :param lexical_weight: Weight of BM25 in hybrid retrieval (0 turns it off): each candidate's score is its
+            normalized similarity plus `lexical_weight * bm25 / best_bm25`; chunks found only by BM25 join the
+            candidates with their similarity computed from their stored vectors.
         :param enabled: With False, L1 does not run and the trace says so.
         :param token_env_var: Environment variable holding a server token.
         :raises ValueError: If a parameter is out of range.
@@ -130,6 +140,9 @@ class FilteredRetryRetriever:
             raise ValueError(msg)
         if top_k < 1:
             msg = f"top_k={top_k!r} must be positive; use e.g. 10"
+            raise ValueError(msg)
+        if lexical_weight < 0:
+            msg = f"lexical_weight={lexical_weight!r} must be >= 0 (0 turns hybrid retrieval off)"
             raise ValueError(msg)
         for name, value in (("reference_threshold", reference_threshold), ("evidence_threshold", evidence_threshold)):
             if not 0.0 <= value <= 1.0:
@@ -148,6 +161,7 @@ class FilteredRetryRetriever:
         self.top_k = top_k
         self.reference_threshold = reference_threshold
         self.evidence_threshold = evidence_threshold
+        self.lexical_weight = lexical_weight
         self.enabled = enabled
         self.token_env_var = token_env_var
         self._schema = CollectionSchema(
@@ -163,6 +177,7 @@ class FilteredRetryRetriever:
         self._sdk: MilvusChunkStore | None = None
         self._haystack: MilvusEmbeddingRetriever | None = None
         self._versions = CachedKnowledgeIndex(index_path)
+        self._lexical: tuple[int, Bm25ChunkIndex, dict[str, dict[str, Any]]] | None = None
 
     def warm_up(self) -> None:
         """Connect the configured path(s). Failures surface per attempt in the trace, never here."""
@@ -173,6 +188,8 @@ class FilteredRetryRetriever:
                 self._haystack_retriever()
             if self.mode == "sdk":
                 self.chunk_store().load()
+            if self.lexical_weight > 0:
+                self._lexical_index()
         except Exception as err:
             logger.warning("Milvus is not reachable yet: {error}", error=err)
 
@@ -182,6 +199,7 @@ class FilteredRetryRetriever:
             self._sdk.close()
         self._sdk = None
         self._haystack = None
+        self._lexical = None
 
     def chunk_store(self) -> MilvusChunkStore:
         """
@@ -265,6 +283,57 @@ class FilteredRetryRetriever:
             logger.warning("haystack path failed, using the sdk path: {error}", error=err)
             return self._search_sdk(vector, category, limit)
 
+    def _lexical_index(self) -> tuple[Bm25ChunkIndex, dict[str, dict[str, Any]]]:
+        """BM25 over the collection's chunks, rebuilt whenever the knowledge index file changes."""
+        signature = self._versions.signature()
+        if self._lexical is None or self._lexical[0] != signature:
+            rows = self.chunk_store().scan_metadata(keys=(self.category_key,), with_content=True)
+            index = Bm25ChunkIndex([r["id"] for r in rows], [r["content"] for r in rows])
+            self._lexical = (signature, index, {r["id"]: r for r in rows})
+        return self._lexical[1], self._lexical[2]
+
+    def _similarities(self, vector: list[float], rows: list[dict[str, Any]]) -> list[float]:
+        if not rows:
+            return []
+        query = np.asarray(vector, dtype=np.float32)
+        stored = np.asarray([r["vector"] for r in rows], dtype=np.float32)
+        raw = ((stored - query) ** 2).sum(axis=1) if self.metric_type == "L2" else stored @ query
+        return [float(x) for x in raw]
+
+    def _with_lexical(
+        self, hits: list[Document], vector: list[float], query: str, category: str, limit: int
+    ) -> list[Document]:
+        index, rows = self._lexical_index()
+        pairs = index.search(query, top_k=limit * 5 if category else limit)
+        if category:
+            pairs = [(cid, s) for cid, s in pairs if rows[cid].get(self.category_key) == category][:limit]
+        if not pairs:
+            return hits
+        best = pairs[0][1]
+        bonus = {cid: self.lexical_weight * score / best for cid, score in pairs}
+        known = {d.id for d in hits}
+        fetched = self.chunk_store().get_rows([cid for cid in bonus if cid not in known])
+        semantics = SEMANTICS[self.metric_type]
+        for row, raw in zip(fetched, self._similarities(vector, fetched), strict=True):
+            similarity = normalized_similarity(raw, self.metric_type)
+            meta = {
+                **row["metadata"],
+                "raw_score": raw,
+                "score_semantics": semantics,
+                "retrieval_path": "bm25",
+                "similarity": similarity,
+            }
+            hits.append(Document(id=row["id"], content=row["content"], score=similarity, meta=meta))
+        fused = [
+            replace(
+                d,
+                score=(d.score or 0.0) + bonus.get(d.id, 0.0),
+                meta={**d.meta, "lexical_score": round(bonus.get(d.id, 0.0), 4)},
+            )
+            for d in hits
+        ]
+        return sorted(fused, key=lambda d: -(d.score or 0.0))
+
     def _active(self, docs: list[Document]) -> tuple[list[Document], int]:
         index, _ = self._versions.get()
         if not index.documents:
@@ -277,7 +346,9 @@ class FilteredRetryRetriever:
         ]
         return kept, len(docs) - len(kept)
 
-    def _attempt(self, name: str, vector: list[float], category: str, top_k: int) -> tuple[list[Document], dict]:
+    def _attempt(
+        self, name: str, vector: list[float], query: str, category: str, top_k: int
+    ) -> tuple[list[Document], dict]:
         attempt: dict[str, Any] = {
             "name": name,
             "filter": {self.category_key: category} if category else None,
@@ -295,9 +366,12 @@ class FilteredRetryRetriever:
         docs: list[Document] = []
         try:
             hits = self._search(vector, category, top_k * 2, attempt)  # headroom for superseded versions
+            hits = [replace(d, meta={**d.meta, "similarity": d.score}) for d in hits]
+            if self.lexical_weight > 0 and query:
+                hits = self._with_lexical(hits, vector, query, category, top_k)
             attempt["raw_hits"] = len(hits)
             active, attempt["stale_dropped"] = self._active(hits)
-            usable = [d for d in active if (d.score or 0.0) >= self.evidence_threshold]
+            usable = [d for d in active if _similarity(d) >= self.evidence_threshold]
             attempt["below_threshold_dropped"] = len(active) - len(usable)
             docs = [
                 replace(d, meta={**d.meta, "attempt": name, "evidence_key": evidence_key(d.meta, d.id)})
@@ -309,17 +383,22 @@ class FilteredRetryRetriever:
             logger.warning("L1 attempt {attempt} failed: {error}", attempt=name, error=err)
         attempt["latency_ms"] = round((time.perf_counter() - started) * 1000, 2)
         attempt["candidate_count"] = len(docs)
-        attempt["top_score"] = round(docs[0].score or 0.0, 4) if docs else None
+        attempt["top_score"] = round(max(_similarity(d) for d in docs), 4) if docs else None
         return docs, attempt
 
     @component.output_types(candidates=list[Document], retrieval_trace=dict[str, Any])
     def run(
-        self, query_embedding: list[float], category_filter: str | None = None, top_k: int | None = None
+        self,
+        query_embedding: list[float],
+        query: str | None = None,
+        category_filter: str | None = None,
+        top_k: int | None = None,
     ) -> dict[str, Any]:
         """
         Retrieve L1 candidates.
 
         :param query_embedding: The query vector; empty (a rejected query) gives no candidates and no attempt.
+        :param query: The query text, for the BM25 half of hybrid retrieval.
         :param category_filter: The L0 category, or empty for none.
         :param top_k: Overrides the init `top_k`.
         :returns: `candidates` (Documents with `score` = normalized similarity and `raw_score`,
@@ -341,17 +420,17 @@ class FilteredRetryRetriever:
         category = (category_filter or "").strip()
         docs: list[Document] = []
         if category:
-            docs, attempt = self._attempt("filtered", query_embedding, category, top_k)
+            docs, attempt = self._attempt("filtered", query_embedding, query or "", category, top_k)
             trace["attempts"].append(attempt)
             if not docs:
                 trace["fallback_reason"] = NO_EVIDENCE
-            elif (docs[0].score or 0.0) < self.reference_threshold:
+            elif attempt["top_score"] < self.reference_threshold:
                 trace["fallback_reason"] = LOW_QUALITY
             else:
                 trace["selected_attempt"] = "filtered"
         if trace["selected_attempt"] is None:
             filtered = docs
-            docs, attempt = self._attempt("unfiltered", query_embedding, "", top_k)
+            docs, attempt = self._attempt("unfiltered", query_embedding, query or "", "", top_k)
             trace["attempts"].append(attempt)
             trace["selected_attempt"] = "unfiltered"
             if filtered:  # low-quality filtered candidates still compete; dedup merges chunks found by both

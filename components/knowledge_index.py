@@ -39,6 +39,8 @@ class KnowledgeIndex(BaseModel):
     collection_name: str = ""
     embedding_model: str = ""
     documents: list[IndexedDocument] = Field(default_factory=list)
+    # hint term (casefolded) -> category -> number of documents whose text or fields mention it
+    term_categories: dict[str, dict[str, int]] = Field(default_factory=dict)
 
     @classmethod
     def load(cls, path: str | Path) -> KnowledgeIndex:
@@ -76,6 +78,43 @@ class KnowledgeIndex(BaseModel):
         return {doc.source: doc for doc in self.documents}
 
 
+def hint_terms(doc: IndexedDocument) -> set[str]:
+    """
+    Return a document's L0 hint terms: title, keywords, entities and category, casefolded.
+
+    :param doc: The document.
+    :returns: The terms.
+    """
+    values = [doc.title, doc.category, *doc.keywords, *doc.entities]
+    return {v.strip().casefold() for v in values if v and v.strip()}
+
+
+def term_category_counts(documents: list[IndexedDocument], bodies: dict[str, str]) -> dict[str, dict[str, int]]:
+    """
+    Count, for every hint term of the knowledge base, the documents per category that mention it.
+
+    A document mentions a term when it is one of its hint fields or its text contains it (matched like a query).
+    L0 uses these counts to tell category-specific terms from terms that occur everywhere.
+
+    :param documents: The active documents.
+    :param bodies: Markdown body per source (documents without a body count their fields only).
+    :returns: `{term: {category: documents}}`.
+    """
+    from components.text_matching import mentions_folded
+
+    folded = {doc.source: bodies.get(doc.source, "").casefold() for doc in documents}
+    own = {doc.source: hint_terms(doc) for doc in documents}
+    terms = set().union(*own.values()) if own else set()
+    counts: dict[str, dict[str, int]] = {}
+    for term in terms:
+        per_category: dict[str, int] = {}
+        for doc in documents:
+            if term in own[doc.source] or mentions_folded(folded[doc.source], term):
+                per_category[doc.category] = per_category.get(doc.category, 0) + 1
+        counts[term] = per_category
+    return counts
+
+
 class CachedKnowledgeIndex:
     """
     A knowledge index file read once and read again only when the file changes (another process re-indexed).
@@ -94,7 +133,15 @@ class CachedKnowledgeIndex:
         """
         self.path = Path(path)
         self._index = KnowledgeIndex()
-        self._mtime: float | None = None
+        self._mtime: int | None = None
+
+    def signature(self) -> int:
+        """
+        Return a value that changes whenever the file changes (its modification time; 0 when missing).
+
+        :returns: The signature.
+        """
+        return self.path.stat().st_mtime_ns if self.path.exists() else 0
 
     def get(self) -> tuple[KnowledgeIndex, bool]:
         """
@@ -102,7 +149,7 @@ class CachedKnowledgeIndex:
 
         :returns: `(index, changed)`; a missing file is an empty index.
         """
-        mtime = self.path.stat().st_mtime_ns if self.path.exists() else 0
+        mtime = self.signature()
         if mtime == self._mtime:
             return self._index, False
         self._index = KnowledgeIndex.load(self.path)

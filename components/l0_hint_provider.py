@@ -22,6 +22,7 @@ class _TermIndex:
     documents: list[Any] = field(default_factory=list)
     terms: dict[str, dict[str, set[int]]] = field(default_factory=dict)
     originals: dict[tuple[str, str], str] = field(default_factory=dict)  # (kind, folded term) -> spelling
+    domain_of: dict[str, str] = field(default_factory=dict)  # category-specific term -> its category
 
 
 @component
@@ -32,8 +33,10 @@ class L0HintProvider:
     L0 never produces evidence: its output is hint data for the L1 filter, the reranker and the trace. English
     terms match on word boundaries (case-insensitive), Chinese terms as substrings. Terms too short to mean
     anything, and keywords shared by more than `max_keyword_doc_fraction` of the documents, carry no signal and are
-    ignored. When the matched documents and category names point at exactly one nonblank category, it becomes
-    `category_filter` for L1; zero or several give no filter.
+    ignored. A matched term points at a category only when it is specific to it: at least `min_domain_purity` of
+    the documents that mention it belong to that category (statistics written by the indexer). When the matched
+    terms point at exactly one nonblank category, it becomes `category_filter` for L1; zero or several give no
+    filter.
 
     ### Usage example
 
@@ -52,6 +55,7 @@ class L0HintProvider:
         min_term_chars: int = 3,
         min_cjk_term_chars: int = 2,
         max_keyword_doc_fraction: float = 0.3,
+        min_domain_purity: float = 0.7,
         enabled: bool = True,
     ) -> None:
         """
@@ -61,11 +65,17 @@ class L0HintProvider:
         :param min_term_chars: Shortest English term that may match.
         :param min_cjk_term_chars: Shortest term with Chinese characters that may match.
         :param max_keyword_doc_fraction: Keywords found in more than this fraction of documents are ignored.
+        :param min_domain_purity: A matched term points at a category only when at least this share of the
+            documents mentioning it (in their text or hint fields) belong to that category; terms spread over
+            categories (e.g. a category named "about", a keyword "Meetings") stay hints without a domain.
         :param enabled: With False, no hints and no filter are produced.
         :raises ValueError: If a bound is out of range.
         """
         if min_term_chars < 1 or min_cjk_term_chars < 1:
             msg = f"min_term_chars={min_term_chars!r} and min_cjk_term_chars={min_cjk_term_chars!r} must be >= 1"
+            raise ValueError(msg)
+        if not 0 < min_domain_purity <= 1:
+            msg = f"min_domain_purity={min_domain_purity!r} must be in (0, 1]; use e.g. 0.7"
             raise ValueError(msg)
         if not 0 < max_keyword_doc_fraction <= 1:
             msg = f"max_keyword_doc_fraction={max_keyword_doc_fraction!r} must be in (0, 1]; use e.g. 0.3"
@@ -74,6 +84,7 @@ class L0HintProvider:
         self.min_term_chars = min_term_chars
         self.min_cjk_term_chars = min_cjk_term_chars
         self.max_keyword_doc_fraction = max_keyword_doc_fraction
+        self.min_domain_purity = min_domain_purity
         self.enabled = enabled
         self._cache = CachedKnowledgeIndex(index_path)
         self._index = _TermIndex()
@@ -108,7 +119,20 @@ class L0HintProvider:
             documents=list(index.documents),
             terms={t: dict(k) for t, k in terms.items()},
             originals=originals,
+            domain_of={t: d for t in terms if (d := self._domain(t, terms[t], index))},
         )
+
+    def _domain(self, term: str, kinds: dict[str, set[int]], index: KnowledgeIndex) -> str:
+        """The category a term points at, or "" when it is not specific to one."""
+        # documents without a category neither point anywhere nor dilute a category
+        counts = {c.strip(): n for c, n in index.term_categories.get(term, {}).items() if c.strip()}
+        if term not in index.term_categories:  # an index written before term statistics: its own documents
+            own = {index.documents[p].category.strip() for ps in kinds.values() for p in ps} - {""}
+            return next(iter(own)) if len(own) == 1 else ""
+        if not counts:
+            return ""
+        category, best = max(counts.items(), key=lambda item: (item[1], item[0]))
+        return category.strip() if best / sum(counts.values()) >= self.min_domain_purity else ""
 
     def warm_up(self) -> None:
         """Read the knowledge index (again, if the file changed since the last read)."""
@@ -145,7 +169,8 @@ class L0HintProvider:
                 if kind != "category":
                     docs |= positions
         documents, spelled = self._index.documents, self._index.originals
-        domains = {documents[p].category.strip() for p in docs} | {spelled["category", c] for c in matched["category"]}
+        domain_of = self._index.domain_of
+        domains = {domain_of.get(t, "") for kind in ("title", "keyword", "entity", "category") for t in matched[kind]}
         hints["matched_titles"] = sorted(spelled["title", t] for t in matched["title"])
         hints["matched_keywords"] = sorted(spelled["keyword", t] for t in matched["keyword"])
         hints["entities"] = sorted(spelled["entity", t] for t in matched["entity"])

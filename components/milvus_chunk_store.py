@@ -269,6 +269,33 @@ class MilvusChunkStore:
             iterator.close()
         return rows
 
+    def get_rows(self, ids: list[str]) -> list[dict[str, Any]]:
+        """
+        Fetch rows by primary key, vectors included.
+
+        :param ids: Primary keys.
+        :returns: `{id, content, metadata, vector}` per row found.
+        """
+        if not ids:
+            return []
+        self.load()
+        s = self.schema
+        rows = self.client.get(
+            s.collection_name,
+            ids=ids,
+            output_fields=[s.content_field, s.metadata_field, s.vector_field],
+            consistency_level=self.consistency_level,
+        )
+        return [
+            {
+                "id": row[s.id_field],
+                "content": row.get(s.content_field, ""),
+                "metadata": row.get(s.metadata_field) or {},
+                "vector": list(row[s.vector_field]),
+            }
+            for row in rows
+        ]
+
     def search(self, vector: list[float], top_k: int, expr: str = "") -> list[dict[str, Any]]:
         """
         Vector search with an optional filter expression.

@@ -28,7 +28,17 @@ def mentions(text: str, term: str) -> bool:
     :param term: The term.
     :returns: True if the text mentions the term.
     """
-    text, term = text.casefold(), term.casefold()
+    return mentions_folded(text.casefold(), term.casefold())
+
+
+def mentions_folded(text: str, term: str) -> bool:
+    """
+    `mentions` for a text and term that are already casefolded (for hot loops).
+
+    :param text: Casefolded text.
+    :param term: Casefolded term.
+    :returns: True if the text mentions the term.
+    """
     if not term or term not in text:
         return False
     if has_cjk(term):

@@ -152,6 +152,7 @@ def evaluate(
     component_params: dict[str, dict[str, Any]] | None = None,
     progress: bool = True,
     limit: int | None = None,
+    baselines: bool = True,
 ) -> dict[str, Any]:
     """
     Index the dataset's knowledge (if not yet indexed) and score its questions with every config.
@@ -162,6 +163,7 @@ def evaluate(
     :param component_params: Overrides for the pipeline's components.
     :param progress: Show progress bars.
     :param limit: Use only the first N judged queries (for quick checks).
+    :param baselines: Also measure `dense` and `bm25` (off only for parameter sweeps).
     :returns: The report (JSON-ready).
     :raises FileNotFoundError: If the folder lacks `knowledge/` or `eval.jsonl`.
     """
@@ -193,14 +195,12 @@ def evaluate(
     if not isinstance(retriever, FilteredRetryRetriever):
         msg = f"{pipeline_path} must have a FilteredRetryRetriever named 'retriever'"
         raise ValueError(msg)
-    # the baselines read the same collection, schema and connection as the pipeline
-    baselines = _Baselines(retriever.chunk_store(), model, top_k=retriever.top_k * 3)
     l0_log: list[dict[str, Any]] = []
-    runners: dict[str, Callable[[str], list[str]]] = {
-        "pipeline": _pipeline_runner(pipeline, l0_log),
-        "dense": baselines.dense,
-        "bm25": baselines.bm25_search,
-    }
+    runners: dict[str, Callable[[str], list[str]]] = {"pipeline": _pipeline_runner(pipeline, l0_log)}
+    if baselines:
+        # the baselines read the same collection, schema and connection as the pipeline
+        plain = _Baselines(retriever.chunk_store(), model, top_k=retriever.top_k)
+        runners.update(dense=plain.dense, bm25=plain.bm25_search)
     rankings: dict[str, list[list[str]]] = {name: [] for name in runners}
     latencies: dict[str, list[float]] = {name: [] for name in runners}
     for query in tqdm(judged, desc="Querying", unit="query", disable=not progress):

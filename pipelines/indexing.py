@@ -17,8 +17,8 @@ from haystack import Document, Pipeline, logging
 from tqdm import tqdm
 
 from components.embedding_backends import model_dimension
-from components.knowledge_index import IndexedDocument, KnowledgeIndex
-from components.markdown_loader import file_version
+from components.knowledge_index import IndexedDocument, KnowledgeIndex, term_category_counts
+from components.markdown_loader import KnowledgeFileError, file_version, parse_knowledge_file
 from components.milvus_chunk_writer import MilvusChunkWriter
 from components.offline_document_embedder import OfflineDocumentEmbedder
 from pipelines.loading import load_pipeline_file
@@ -82,6 +82,17 @@ def _entry(doc: Document, chunks: int) -> IndexedDocument:
         doc_version=meta["doc_version"],
         chunks=chunks,
     )
+
+
+def _bodies(root: Path, documents: dict[str, IndexedDocument]) -> dict[str, str]:
+    """Markdown bodies of the active documents whose files still parse (for L0 term statistics)."""
+    bodies = {}
+    for source in documents:
+        try:
+            bodies[source] = parse_knowledge_file((root / source).read_bytes(), source).content or ""
+        except (OSError, KnowledgeFileError):
+            continue
+    return bodies
 
 
 class KnowledgeIndexer:
@@ -211,6 +222,7 @@ class KnowledgeIndexer:
             collection_name=self.writer.collection_name,
             embedding_model=self.embedding_model,
             documents=sorted(active.values(), key=lambda d: d.source),
+            term_categories=term_category_counts(list(active.values()), _bodies(root, active)),
         ).save(self.deployment.index_path)
         if fresh or summary.deleted or summary.failures or rebuild:
             try:

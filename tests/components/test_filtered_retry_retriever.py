@@ -4,6 +4,7 @@ import copy
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 from haystack.core.serialization import component_from_dict, component_to_dict
 
@@ -85,6 +86,7 @@ class TestFilteredRetryRetriever:
         assert retriever.top_k == 10
         assert retriever.reference_threshold == 0.9
         assert retriever.evidence_threshold == 0.0
+        assert retriever.lexical_weight == 0.0
         assert retriever.enabled is True
         assert retriever.token_env_var == "MILVUS_TOKEN"
 
@@ -97,6 +99,7 @@ class TestFilteredRetryRetriever:
         [
             ({"mode": "fast"}, "mode='fast'"),
             ({"top_k": 0}, "top_k=0"),
+            ({"lexical_weight": -0.1}, "lexical_weight=-0.1"),
             ({"reference_threshold": 1.5}, "reference_threshold=1.5"),
             ({"reference_threshold": -0.1}, r"reference_threshold=-0\.1"),
             ({"evidence_threshold": 2.0}, r"evidence_threshold=2\.0"),
@@ -125,6 +128,7 @@ class TestFilteredRetryRetriever:
             "top_k": 4,
             "reference_threshold": 0.75,
             "evidence_threshold": 0.3,
+            "lexical_weight": 0.2,
             "enabled": False,
             "token_env_var": "OTHER_TOKEN",
         }
@@ -504,3 +508,37 @@ class TestFilteredRetryRetriever:
         assert {d.meta["category"] for d in first["candidates"]} == {"payments"}
         second = retriever.run(query_embedding=disk_vector)
         assert {d.meta["category"] for d in second["candidates"]} == {"alerts", "payments", "product-faq"}
+
+    # --- hybrid (dense + BM25) ----------------------------------------------------------------------------------
+
+    def test_lexical_weight_adds_a_bm25_bonus_and_keeps_similarity(self, make_retriever, disk_vector):
+        plain = make_retriever(top_k=3, lexical_weight=0.0).run(query_embedding=disk_vector, query=DISK_QUESTION)
+        hybrid = make_retriever(top_k=3, lexical_weight=0.1).run(query_embedding=disk_vector, query=DISK_QUESTION)
+        assert all("lexical_score" not in d.meta for d in plain["candidates"])
+        best = hybrid["candidates"][0]
+        assert 0 < best.meta["lexical_score"] <= 0.1
+        assert best.score == pytest.approx(best.meta["similarity"] + best.meta["lexical_score"], abs=1e-3)
+        scores = [d.score for d in hybrid["candidates"]]
+        assert scores == sorted(scores, reverse=True)
+        # the reference threshold is checked on similarity, never on the fused score
+        assert hybrid["retrieval_trace"]["attempts"][0]["top_score"] <= 1.0
+
+    def test_chunks_found_only_by_bm25_join_with_their_own_similarity(self, make_retriever):
+        query = "Pro plan API access seats"
+        vector = embed("完全无关的问题：今天天气怎么样")  # dense alone would not rank the plans chunk first
+        out = make_retriever(top_k=1, lexical_weight=0.5, mode="sdk").run(query_embedding=vector, query=query)
+        by_path = {d.meta["retrieval_path"]: d for d in out["candidates"]}
+        assert "bm25" in by_path, [d.meta["retrieval_path"] for d in out["candidates"]]
+        lexical_only = by_path["bm25"]
+        assert lexical_only.meta["source"] == "faq/plans.md"
+        assert lexical_only.meta["score_semantics"] == "l2_distance"
+        assert lexical_only.meta["similarity"] == pytest.approx(
+            normalized_similarity(lexical_only.meta["raw_score"], "L2")
+        )
+        assert float(np.dot(vector, embed(query))) < 0.95  # the two embeddings really differ
+
+    def test_bm25_hits_respect_the_category_filter(self, make_retriever, disk_vector):
+        out = make_retriever(top_k=5, lexical_weight=0.5, reference_threshold=0.5).run(
+            query_embedding=disk_vector, query="Basic plan price seats", category_filter="alerts"
+        )
+        assert {d.meta["category"] for d in out["candidates"]} == {"alerts"}

@@ -56,6 +56,8 @@ class TestL0HintProvider:
             ({"max_keyword_doc_fraction": 0}, r"max_keyword_doc_fraction=0\b"),
             ({"max_keyword_doc_fraction": -0.1}, r"max_keyword_doc_fraction=-0\.1\b"),
             ({"max_keyword_doc_fraction": 1.5}, r"max_keyword_doc_fraction=1\.5\b"),
+            ({"min_domain_purity": 0}, r"min_domain_purity=0\b"),
+            ({"min_domain_purity": 1.2}, r"min_domain_purity=1\.2\b"),
         ],
     )
     def test_invalid_init(self, kwargs, pattern):
@@ -67,7 +69,12 @@ class TestL0HintProvider:
 
     def test_to_dict_from_dict(self, index_path):
         provider = L0HintProvider(
-            index_path=index_path, min_term_chars=2, min_cjk_term_chars=1, max_keyword_doc_fraction=0.5, enabled=False
+            index_path=index_path,
+            min_term_chars=2,
+            min_cjk_term_chars=1,
+            max_keyword_doc_fraction=0.5,
+            min_domain_purity=0.6,
+            enabled=False,
         )
         data = component_to_dict(provider, "l0")
         assert data["init_parameters"] == {
@@ -75,6 +82,7 @@ class TestL0HintProvider:
             "min_term_chars": 2,
             "min_cjk_term_chars": 1,
             "max_keyword_doc_fraction": 0.5,
+            "min_domain_purity": 0.6,
             "enabled": False,
         }
         restored = component_from_dict(L0HintProvider, data, "l0")
@@ -276,3 +284,23 @@ class TestL0HintProvider:
         provider.run(query="服务器磁盘满了怎么办")
         assert Path(index_path).read_bytes() == before
         assert Path(index_path).stat().st_mtime_ns == mtime
+
+    def test_terms_spread_over_categories_give_no_domain(self, tmp_path):
+        docs = [
+            _doc("about-team", title="Team Page", category="about", keywords=["org chart"]),
+            _doc("hiring-flow", title="Hiring Flow", category="hiring", keywords=["approval flow"]),
+        ]
+        stats = {
+            "about": {"about": 1, "hiring": 5, "finance": 4},  # a category name that is an everyday word
+            "approval flow": {"hiring": 4, "finance": 1},  # specific enough at purity 0.7 (4/5 = 0.8)
+            "org chart": {"about": 1},
+        }
+        path = tmp_path / "index.json"
+        KnowledgeIndex(documents=docs, term_categories=stats).save(path)
+        provider = L0HintProvider(index_path=str(path), max_keyword_doc_fraction=1)
+        out = provider.run(query="what about the approval flow")
+        assert out["hints"]["matched_keywords"] == ["approval flow"]
+        assert out["hints"]["domains"] == ["hiring"] and out["category_filter"] == "hiring"
+        strict = L0HintProvider(index_path=str(path), max_keyword_doc_fraction=1, min_domain_purity=0.9)
+        assert strict.run(query="what about the approval flow")["category_filter"] == ""
+        assert provider.run(query="tell me about it")["hints"]["domains"] == []

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import os
+
+from components.knowledge_index import CachedKnowledgeIndex, IndexedDocument, KnowledgeIndex, term_category_counts
+
+
+def _doc(source: str, category: str, **fields) -> IndexedDocument:
+    return IndexedDocument(doc_id=source, source=source, category=category, doc_version="v", **fields)
+
+
+class TestKnowledgeIndex:
+    def test_save_is_atomic_and_round_trips(self, tmp_path):
+        path = tmp_path / "k.json"
+        index = KnowledgeIndex(documents=[_doc("a.md", "x", keywords=["k"])], term_categories={"k": {"x": 1}})
+        index.save(path)
+        assert KnowledgeIndex.load(path) == index
+        assert [p.name for p in tmp_path.iterdir()] == ["k.json"]
+        assert KnowledgeIndex.load(tmp_path / "missing.json").documents == []
+
+    def test_term_category_counts_use_text_and_fields(self):
+        docs = [
+            _doc("a.md", "alerts", title="Disk Full", keywords=["inode"]),
+            _doc("b.md", "payments", title="Refunds"),
+            _doc("c.md", "payments", title="退款流程"),
+        ]
+        bodies = {
+            "a.md": "check the inode table",
+            "b.md": "A disk full alert never blocks refunds.",
+            "c.md": "退款七天到账",
+        }
+        counts = term_category_counts(docs, bodies)
+        assert counts["disk full"] == {"alerts": 1, "payments": 1}
+        assert counts["inode"] == {"alerts": 1}
+        assert counts["refunds"] == {"payments": 1}
+        assert counts["退款流程"] == {"payments": 1}
+        assert counts["payments"] == {"payments": 2}
+
+    def test_cache_rereads_only_when_the_file_changes(self, tmp_path):
+        path = tmp_path / "k.json"
+        KnowledgeIndex(documents=[_doc("a.md", "x")]).save(path)
+        cache = CachedKnowledgeIndex(path)
+        first, changed = cache.get()
+        assert changed and len(first.documents) == 1
+        assert cache.get()[1] is False
+        KnowledgeIndex(documents=[_doc("a.md", "x"), _doc("b.md", "y")]).save(path)
+        os.utime(path, ns=(1, cache.signature() + 1_000_000))
+        second, changed = cache.get()
+        assert changed and len(second.documents) == 2
