@@ -29,7 +29,7 @@ from tests.conftest import write_tiny_kb
 
 pytestmark = pytest.mark.integration
 
-AGENT_DOC = REPO_ROOT / "docs" / "agent-tool.md"
+AGENT_DOC = REPO_ROOT / "README.md"
 
 COMPACT_KEYS = {
     "found",
@@ -50,7 +50,7 @@ def python_snippets(path: Path) -> list[str]:
     """
     Return the ```python code fences of a markdown file, in order.
 
-    :param path: The markdown file (docs/agent-tool.md, or README.md once the doc is copied there).
+    :param path: The markdown file (README.md).
     :returns: The code of each fence.
     """
     text = path.read_text(encoding="utf-8")
@@ -304,4 +304,5 @@ class TestDocs:
         doc = tmp_path / "README.md"
         doc.write_text("# x\n\n```python\nprint(1)\n```\n\n```json\n{}\n```\n\n```python\nx = 2\n```\n")
         assert python_snippets(doc) == ["print(1)\n", "x = 2\n"]
-        assert len(python_snippets(AGENT_DOC)) == 2
+        snippets = python_snippets(AGENT_DOC)
+        assert sum("Agent(" in s for s in snippets) == 1 and sum("stdio_client" in s for s in snippets) == 1
