@@ -8,6 +8,7 @@ chunks of a document's active version so that old and new chunks of one document
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -78,15 +79,32 @@ class KnowledgeIndex(BaseModel):
         return {doc.source: doc for doc in self.documents}
 
 
+_TITLE_PARTS = re.compile(r"\s+/\s+|\s*[:：|｜]\s*|\s+[-–—]\s+")
+
+
+def hint_values(doc: IndexedDocument) -> list[tuple[str, str]]:
+    """
+    Return a document's L0 hint values with their kind: the title and its parts (a title such as
+    `Job Families / Approval Flow` also yields `Job Families` and `Approval Flow`), keywords, entities, category.
+
+    :param doc: The document.
+    :returns: `(kind, value)` pairs, values stripped and non-empty.
+    """
+    titles = [doc.title, *(_TITLE_PARTS.split(doc.title) if doc.title else [])]
+    pairs = [("title", t) for t in titles]
+    pairs += [("keyword", k) for k in doc.keywords] + [("entity", e) for e in doc.entities]
+    pairs.append(("category", doc.category))
+    return [(kind, value.strip()) for kind, value in pairs if value and value.strip()]
+
+
 def hint_terms(doc: IndexedDocument) -> set[str]:
     """
-    Return a document's L0 hint terms: title, keywords, entities and category, casefolded.
+    Return a document's L0 hint terms (`hint_values`), casefolded.
 
     :param doc: The document.
     :returns: The terms.
     """
-    values = [doc.title, doc.category, *doc.keywords, *doc.entities]
-    return {v.strip().casefold() for v in values if v and v.strip()}
+    return {value.casefold() for _, value in hint_values(doc)}
 
 
 def term_category_counts(documents: list[IndexedDocument], bodies: dict[str, str]) -> dict[str, dict[str, int]]:

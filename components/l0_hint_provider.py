@@ -7,7 +7,7 @@ from typing import Any
 
 from haystack import component, logging
 
-from components.knowledge_index import CachedKnowledgeIndex, KnowledgeIndex
+from components.knowledge_index import CachedKnowledgeIndex, KnowledgeIndex, hint_values
 from components.text_matching import has_cjk, mentions
 
 logger = logging.getLogger(__name__)
@@ -97,17 +97,11 @@ class L0HintProvider:
         terms: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
         originals: dict[tuple[str, str], str] = {}
         for pos, doc in enumerate(index.documents):
-            for kind, values in (
-                ("title", [doc.title]),
-                ("keyword", doc.keywords),
-                ("entity", doc.entities),
-                ("category", [doc.category]),
-            ):
-                for value in values:
-                    term = value.strip().casefold()
-                    if term and self._long_enough(term):
-                        terms[term][kind].add(pos)
-                        originals.setdefault((kind, term), value.strip())
+            for kind, value in hint_values(doc):
+                term = value.casefold()
+                if self._long_enough(term):
+                    terms[term][kind].add(pos)
+                    originals.setdefault((kind, term), value)
         # the epsilon keeps 0.29 * 100 from flooring to 28
         limit = max(1, math.floor(self.max_keyword_doc_fraction * len(index.documents) + 1e-9))
         for term in list(terms):

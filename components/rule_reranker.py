@@ -7,7 +7,14 @@ from haystack import Document, component
 
 from components.text_matching import mentions
 
-DEFAULT_WEIGHTS = {"keyword": 0.02, "title": 0.03, "entity": 0.02, "domain": 0.01, "l0_document": 0.02}
+DEFAULT_WEIGHTS = {
+    "keyword": 0.02,
+    "title": 0.03,
+    "entity": 0.02,
+    "domain": 0.01,
+    "l0_document": 0.02,
+    "consensus_domain": 0.0,
+}
 
 
 @component
@@ -18,7 +25,9 @@ class RuleReranker:
     The final score is the candidate's normalized similarity plus weighted boosts (capped at `max_boost`):
     a matched keyword found in the chunk's keywords or text (`keyword`), a matched title equal to the chunk's title
     (`title`), a matched entity in its entities or text (`entity`), its category among the hint domains
-    (`domain`), its document among the L0-matched documents (`l0_document`). Each boost becomes a hit reason
+    (`domain`), its document among the L0-matched documents (`l0_document`), its category being the one the top
+    `consensus_top_n` candidates agree on (`consensus_domain`, votes weighted 1/rank, at least
+    `consensus_min_share` of them; off unless weighted). Each boost becomes a hit reason
     of the candidate; the hint itself never becomes evidence. Ties break on base score, then source and chunk
     index, so the order is deterministic.
 
@@ -32,7 +41,14 @@ class RuleReranker:
     ```
     """
 
-    def __init__(self, weights: dict[str, float] | None = None, max_boost: float = 0.06, trace_top_n: int = 5) -> None:
+    def __init__(
+        self,
+        weights: dict[str, float] | None = None,
+        max_boost: float = 0.06,
+        trace_top_n: int = 5,
+        consensus_top_n: int = 10,
+        consensus_min_share: float = 0.6,
+    ) -> None:
         """
         Create the reranker.
 
@@ -40,6 +56,8 @@ class RuleReranker:
             `keyword` 0.02, `title` 0.03, `entity` 0.02, `domain` 0.01, `l0_document` 0.02.
         :param max_boost: Cap of the summed boosts of one candidate.
         :param trace_top_n: How many top candidates the rerank trace details.
+        :param consensus_top_n: Candidates that vote for the consensus category (signal `consensus_domain`).
+        :param consensus_min_share: Share of the rank-weighted votes a category needs to be the consensus.
         :raises ValueError: For an unknown signal, a negative weight or bound.
         """
         weights = dict(weights or {})
@@ -50,12 +68,31 @@ class RuleReranker:
         if any(w < 0 for w in weights.values()) or max_boost < 0 or trace_top_n < 0:
             msg = f"weights={weights!r}, max_boost={max_boost!r} and trace_top_n={trace_top_n!r} must be >= 0"
             raise ValueError(msg)
+        if consensus_top_n < 1 or not 0 < consensus_min_share <= 1:
+            msg = (
+                f"consensus_top_n={consensus_top_n!r} must be >= 1 and consensus_min_share={consensus_min_share!r} "
+                "in (0, 1]"
+            )
+            raise ValueError(msg)
         self.weights = weights
         self.max_boost = max_boost
         self.trace_top_n = trace_top_n
+        self.consensus_top_n = consensus_top_n
+        self.consensus_min_share = consensus_min_share
         self._weights = {**DEFAULT_WEIGHTS, **weights}
 
-    def _boosts(self, doc: Document, hints: dict[str, Any]) -> list[dict[str, Any]]:
+    def _consensus(self, documents: list[Document]) -> str:
+        """The category most of the top candidates agree on (votes weighted 1/rank), or ""."""
+        votes: dict[str, float] = {}
+        for rank, doc in enumerate(documents[: self.consensus_top_n], start=1):
+            category = str(doc.meta.get("category") or "")
+            votes[category] = votes.get(category, 0.0) + 1.0 / rank
+        if not votes:
+            return ""
+        category, best = max(votes.items(), key=lambda item: (item[1], item[0]))
+        return category if category and best / sum(votes.values()) >= self.consensus_min_share else ""
+
+    def _boosts(self, doc: Document, hints: dict[str, Any], consensus: str = "") -> list[dict[str, Any]]:
         meta, text = doc.meta, doc.content or ""
         boosts: list[dict[str, Any]] = []
 
@@ -79,6 +116,8 @@ class RuleReranker:
             add("domain", str(meta["category"]))
         if meta.get("doc_id") and meta["doc_id"] in hints.get("matched_doc_ids", []):
             add("l0_document", str(meta["doc_id"]))
+        if consensus and meta.get("category") == consensus:
+            add("consensus_domain", consensus)
         return boosts
 
     @component.output_types(documents=list[Document], rerank_trace=dict[str, Any])
@@ -93,9 +132,10 @@ class RuleReranker:
             source, evidence key, base score, final score, boost reasons).
         """
         hints = hints or {}
+        consensus = self._consensus(documents) if self._weights["consensus_domain"] > 0 else ""
         scored = []
         for doc in documents:
-            boosts = self._boosts(doc, hints)
+            boosts = self._boosts(doc, hints, consensus)
             base = float(doc.score or 0.0)
             final = base + min(self.max_boost, sum(b["weight"] for b in boosts))
             reasons = [f"l1_{doc.meta.get('attempt') or 'vector'}"] + [f"{b['signal']}:{b['value']}" for b in boosts]

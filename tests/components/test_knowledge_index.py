@@ -2,7 +2,13 @@ from __future__ import annotations
 
 import os
 
-from components.knowledge_index import CachedKnowledgeIndex, IndexedDocument, KnowledgeIndex, term_category_counts
+from components.knowledge_index import (
+    CachedKnowledgeIndex,
+    IndexedDocument,
+    KnowledgeIndex,
+    hint_values,
+    term_category_counts,
+)
 
 
 def _doc(source: str, category: str, **fields) -> IndexedDocument:
@@ -47,3 +53,11 @@ class TestKnowledgeIndex:
         os.utime(path, ns=(1, cache.signature() + 1_000_000))
         second, changed = cache.get()
         assert changed and len(second.documents) == 2
+
+    def test_hint_values_split_titles_into_parts(self):
+        doc = _doc("a.md", "hiring", title="Job Families / Approval Flow", keywords=["Manager"], entities=["Workday"])
+        values = hint_values(doc)
+        assert ("title", "Job Families / Approval Flow") in values
+        assert ("title", "Job Families") in values and ("title", "Approval Flow") in values
+        assert ("keyword", "Manager") in values and ("entity", "Workday") in values and ("category", "hiring") in values
+        assert hint_values(_doc("b.md", "", title="退款处理：时效"))[1:] == [("title", "退款处理"), ("title", "时效")]

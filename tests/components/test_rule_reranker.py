@@ -61,7 +61,14 @@ class TestRuleReranker:
         assert reranker.max_boost == 0.06
         assert reranker.trace_top_n == 5
         assert reranker.run(documents=[])["rerank_trace"]["weights"] == DEFAULT_WEIGHTS
-        assert DEFAULT_WEIGHTS == {"keyword": 0.02, "title": 0.03, "entity": 0.02, "domain": 0.01, "l0_document": 0.02}
+        assert DEFAULT_WEIGHTS == {
+            "keyword": 0.02,
+            "title": 0.03,
+            "entity": 0.02,
+            "domain": 0.01,
+            "l0_document": 0.02,
+            "consensus_domain": 0.0,
+        }
 
     def test_init_partial_weights_keep_other_defaults(self):
         reranker = RuleReranker(weights={"keyword": 0.05}, max_boost=0.2, trace_top_n=2)
@@ -84,17 +91,26 @@ class TestRuleReranker:
             RuleReranker(**kwargs)
 
     def test_to_dict_from_dict(self):
-        reranker = RuleReranker(weights={"keyword": 0.05, "domain": 0.0}, max_boost=0.1, trace_top_n=3)
+        reranker = RuleReranker(
+            weights={"keyword": 0.05, "domain": 0.0},
+            max_boost=0.1,
+            trace_top_n=3,
+            consensus_top_n=4,
+            consensus_min_share=0.5,
+        )
         data = component_to_dict(reranker, "reranker")
         assert data["init_parameters"] == {
             "weights": {"keyword": 0.05, "domain": 0.0},
             "max_boost": 0.1,
             "trace_top_n": 3,
+            "consensus_top_n": 4,
+            "consensus_min_share": 0.5,
         }
         restored = component_from_dict(RuleReranker, data, "reranker")
         assert isinstance(restored, RuleReranker)
         assert restored.weights == {"keyword": 0.05, "domain": 0.0}
         assert (restored.max_boost, restored.trace_top_n) == (0.1, 3)
+        assert (restored.consensus_top_n, restored.consensus_min_share) == (4, 0.5)
         trace = restored.run(documents=[_cand()], hints=HINTS)["rerank_trace"]
         assert trace["weights"] == {**DEFAULT_WEIGHTS, "keyword": 0.05, "domain": 0.0}
         assert trace["max_boost"] == 0.1
@@ -309,3 +325,27 @@ class TestRuleReranker:
         assert hints == HINTS
         assert all("hit_reasons" not in d.meta and "base_score" not in d.meta for d in docs)
         assert all(o is not d for o in out["documents"] for d in docs)
+
+    def test_consensus_domain_boosts_the_category_the_top_candidates_agree_on(self):
+        docs = [
+            _cand(source="a.md", category="alerts", score=0.95),
+            _cand(source="b.md", category="alerts", score=0.94, chunk_index=1),
+            _cand(source="c.md", category="payments", score=0.945, chunk_index=2),
+            _cand(source="d.md", category="alerts", score=0.93, chunk_index=3),
+        ]
+        off = RuleReranker().run(documents=docs)["documents"]
+        assert [d.meta["source"] for d in off] == ["a.md", "c.md", "b.md", "d.md"]
+        on = RuleReranker(weights={"consensus_domain": 0.01}, consensus_top_n=4, consensus_min_share=0.6).run(
+            documents=docs
+        )["documents"]
+        assert [d.meta["source"] for d in on] == ["a.md", "b.md", "c.md", "d.md"]
+        assert on[2].score < on[1].score  # b (alerts, 0.94 + 0.01) overtook c (payments, 0.945)
+        assert "consensus_domain:alerts" in on[0].meta["hit_reasons"]
+        split = RuleReranker(weights={"consensus_domain": 0.01}, consensus_min_share=0.95).run(documents=docs)
+        assert all("consensus_domain:alerts" not in d.meta["hit_reasons"] for d in split["documents"])
+
+    def test_invalid_consensus_parameters(self):
+        with pytest.raises(ValueError, match="consensus_top_n=0"):
+            RuleReranker(consensus_top_n=0)
+        with pytest.raises(ValueError, match="consensus_min_share=1.5"):
+            RuleReranker(consensus_min_share=1.5)
