@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument(
         "--raw-sample", type=int, default=0, help="time the raw model on N evenly spaced chunks only (0: all chunks)"
     )
-    parser.add_argument("--keep-data", default=None, help="move the indexed data folder here instead of deleting it")
+    parser.add_argument("--keep-data", default=None, help="index into this (kept) data folder, not a temporary one")
     args = parser.parse_args()
 
     source = Path(args.knowledge).resolve()
@@ -51,7 +51,7 @@ def main() -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, target)
 
-    indexer = KnowledgeIndexer(Deployment.resolve(work / "data"))
+    indexer = KnowledgeIndexer(Deployment.resolve(args.keep_data or work / "data"))
     summary = indexer.index(kb, progress=True)
     indexer.close()
 
@@ -84,8 +84,6 @@ def main() -> None:
     print(json.dumps(result, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
-    if args.keep_data:
-        shutil.move(str(work / "data"), args.keep_data)
     shutil.rmtree(work, ignore_errors=True)
 
 

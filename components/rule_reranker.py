@@ -28,7 +28,8 @@ class RuleReranker:
     (`domain`), its document among the L0-matched documents (`l0_document`), its category being the one the top
     `consensus_top_n` candidates agree on (`consensus_domain`, votes weighted 1/rank, at least
     `consensus_min_share` of them; off unless weighted). Each boost becomes a hit reason
-    of the candidate; the hint itself never becomes evidence. Ties break on base score, then source and chunk
+    of the candidate (a signal weighted 0 still shows up there, explaining without reordering); the hint itself never
+    becomes evidence. Ties break on base score, then source and chunk
     index, so the order is deterministic.
 
     ### Usage example
@@ -97,8 +98,8 @@ class RuleReranker:
         boosts: list[dict[str, Any]] = []
 
         def add(signal: str, value: str) -> None:
-            if self._weights[signal] > 0:
-                boosts.append({"signal": signal, "value": value, "weight": self._weights[signal]})
+            # a zero-weight match moves nothing but still explains the block
+            boosts.append({"signal": signal, "value": value, "weight": self._weights[signal]})
 
         chunk_keywords = {str(k).casefold() for k in meta.get("keywords") or []}
         for keyword in hints.get("matched_keywords", []):
