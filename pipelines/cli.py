@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipelines.settings import Deployment
+from pipelines.settings import DEFAULT_MCP_HOST, DEFAULT_MCP_PORT, Deployment
 
 
 def _print_index_summary(summary: dict, deployment: Deployment) -> None:
@@ -184,10 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     trace.set_defaults(func=cmd_trace)
 
     serve_p = sub.add_parser("serve", help="serve lookup_knowledge over MCP (stdio or streamable HTTP)")
-    serve_p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    serve_p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: loopback)")
-    serve_p.add_argument("--port", type=int, default=8765)
-    serve_p.add_argument("--data-dir", default=None)
+    serve_p.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
+    serve_p.add_argument("--host", default=DEFAULT_MCP_HOST, help=f"HTTP bind address (default: {DEFAULT_MCP_HOST})")
+    serve_p.add_argument("--port", type=int, default=DEFAULT_MCP_PORT, help=f"HTTP port (default: {DEFAULT_MCP_PORT})")
+    serve_p.add_argument("--data-dir", default=None, help="data folder (default: ./data or LOOKUP_KNOWLEDGE_DATA_DIR)")
     serve_p.add_argument("--pipeline", default=None, help="pipeline YAML (default: pipelines.yaml)")
     serve_p.set_defaults(func=cmd_serve)
 

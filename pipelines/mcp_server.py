@@ -16,7 +16,6 @@ standard output descriptor points at stderr while the pipeline loads (and, thank
 
 from __future__ import annotations
 
-import argparse
 import logging as stdlib_logging
 import os
 import sys
@@ -40,15 +39,13 @@ from pipelines.agent_tool import (
     compact_result_json,
     lookup_knowledge_tool,
 )
-from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
+from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, DEFAULT_MCP_HOST, DEFAULT_MCP_PORT
 
 __all__ = ["build_server", "main", "serve"]
 
 logger = logging.getLogger(__name__)
 
 SERVER_NAME = "lookup-knowledge"
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8765
 HTTP_PATH = "/mcp"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -114,8 +111,8 @@ def _stdout_to_stderr() -> Iterator[None]:
 
 def serve(
     transport: Literal["stdio", "http"] = "stdio",
-    host: str = DEFAULT_HOST,
-    port: int = DEFAULT_PORT,
+    host: str = DEFAULT_MCP_HOST,
+    port: int = DEFAULT_MCP_PORT,
     data_dir: str | Path | None = None,
     pipeline_path: str | Path | None = None,
 ) -> None:
@@ -163,42 +160,16 @@ def serve(
     server.run("streamable-http", host=host, port=port, streamable_http_path=HTTP_PATH)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """
-    The command line of `python -m pipelines.mcp_server` (and `lookup-knowledge serve`).
-
-    :returns: The parser.
-    """
-    parser = argparse.ArgumentParser(
-        prog="lookup-knowledge serve", description="Serve the lookup_knowledge tool over MCP (stdio or HTTP)"
-    )
-    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
-    parser.add_argument("--host", default=DEFAULT_HOST, help=f"HTTP bind address (default: {DEFAULT_HOST})")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default: {DEFAULT_PORT})")
-    parser.add_argument("--data-dir", default=None, help="data folder (default: ./data or LOOKUP_KNOWLEDGE_DATA_DIR)")
-    parser.add_argument("--pipeline", default=None, help="pipeline YAML (default: pipelines.yaml)")
-    return parser
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """
-    Run the server from the command line.
+    Run the server from the command line: `python -m pipelines.mcp_server` is `lookup-knowledge serve`.
 
     :param argv: Arguments (default: `sys.argv[1:]`).
-    :returns: 0 after a clean shutdown, 2 for a bad pipeline file or option, 1 for another start-up failure.
+    :returns: The exit code of `lookup-knowledge serve`.
     """
-    args = build_parser().parse_args(argv)
-    try:
-        serve(args.transport, host=args.host, port=args.port, data_dir=args.data_dir, pipeline_path=args.pipeline)
-    except KeyboardInterrupt:
-        return 0
-    except (FileNotFoundError, ValueError) as err:
-        print(f"lookup-knowledge serve: {err}", file=sys.stderr)
-        return 2
-    except Exception as err:
-        print(f"lookup-knowledge serve: internal error: {type(err).__name__}: {err}", file=sys.stderr)
-        return 1
-    return 0
+    from pipelines.cli import main as cli_main
+
+    return cli_main(["serve", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

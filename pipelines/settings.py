@@ -14,6 +14,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_LOOKUP_PIPELINE = REPO_ROOT / "pipelines.yaml"
 DEFAULT_INDEXING_PIPELINE = Path(__file__).resolve().parent / "indexing.yaml"
 ALLOWED_MODULES = ["components", "pipelines"]
+DEFAULT_MCP_HOST = "127.0.0.1"  # loopback unless the operator says otherwise
+DEFAULT_MCP_PORT = 8765
 
 
 @dataclass(frozen=True)

@@ -350,5 +350,5 @@ class TestRuleReranker:
     def test_invalid_consensus_parameters(self):
         with pytest.raises(ValueError, match="consensus_top_n=0"):
             RuleReranker(consensus_top_n=0)
-        with pytest.raises(ValueError, match="consensus_min_share=1.5"):
+        with pytest.raises(ValueError, match=r"consensus_min_share=1\.5"):
             RuleReranker(consensus_min_share=1.5)
