@@ -23,7 +23,10 @@ def _print_index_summary(summary: dict, deployment: Deployment) -> None:
     )
     for failure in summary["failures"]:
         print(f"  FAILED {failure['source']}: {failure['reason']}")
-    print(f"Data: Milvus at {deployment.milvus_uri}, knowledge index at {deployment.index_path}")
+    print(
+        f"Data: Milvus at {deployment.milvus_uri}, knowledge index at {deployment.index_path}, "
+        f"lookup traces in {deployment.trace_db_url}"
+    )
 
 
 def cmd_index(args: argparse.Namespace) -> int:
