@@ -195,13 +195,13 @@ class KnowledgeIndexer:
         previous = self._previous(rebuild)
         self.writer.warm_up()
         old = previous.by_source()
-        files = sorted(root.rglob("*.md"))
-        versions = {p.relative_to(root).as_posix(): file_version(p.read_bytes()) for p in files}
+        sources = {p: p.relative_to(root).as_posix() for p in sorted(root.rglob("*.md"))}
+        files = list(sources)
+        versions = {source: file_version(p.read_bytes()) for p, source in sources.items()}
         todo = [
             p
-            for p in files
-            if old.get(p.relative_to(root).as_posix(), None) is None
-            or old[p.relative_to(root).as_posix()].doc_version != versions[p.relative_to(root).as_posix()]
+            for p, source in sources.items()
+            if (entry := old.get(source)) is None or entry.doc_version != versions[source]
         ]
         summary = IndexSummary(files=len(files), skipped=len(files) - len(todo))
         summary.deleted = len(set(old) - set(versions))
@@ -217,13 +217,20 @@ class KnowledgeIndexer:
         # a file that failed keeps its previous version; a deleted file loses its entry
         active = {src: doc for src, doc in old.items() if src in versions}
         active.update(fresh)
-        KnowledgeIndex(
+        unchanged = not fresh and not summary.deleted and bool(previous.term_categories)
+        index = KnowledgeIndex(
             milvus_uri=self.writer.uri,
             collection_name=self.writer.collection_name,
             embedding_model=self.embedding_model,
             documents=sorted(active.values(), key=lambda d: d.source),
-            term_categories=term_category_counts(list(active.values()), _bodies(root, active)),
-        ).save(self.deployment.index_path)
+            term_categories=(
+                previous.term_categories
+                if unchanged
+                else term_category_counts(list(active.values()), _bodies(root, active))
+            ),
+        )
+        if index != previous:  # an unchanged file keeps its mtime, so running lookups need not reload anything
+            index.save(self.deployment.index_path)
         if fresh or summary.deleted or summary.failures or rebuild:
             try:
                 summary.stale_chunks_removed = self.writer.remove_stale({s: d.doc_version for s, d in active.items()})

@@ -59,8 +59,10 @@ class TestKnowledgeIndexer:
         indexer.index(tiny_kb, progress=False)
         backend = get_backend("multilingual-e5-small")
         monkeypatch.setattr(backend, "embed_passages", lambda texts: pytest.fail("re-embedded an unchanged file"))
+        before = indexer.deployment.index_path.stat().st_mtime_ns
         summary = indexer.index(tiny_kb, progress=False)
         assert (summary.indexed, summary.skipped, summary.chunks, summary.characters) == (0, 3, 0, 0)
+        assert indexer.deployment.index_path.stat().st_mtime_ns == before  # running lookups reload nothing
 
     def test_changed_file_replaces_its_chunks(self, indexer, tiny_kb):
         indexer.index(tiny_kb, progress=False)
