@@ -164,15 +164,7 @@ class FilteredRetryRetriever:
         self.lexical_weight = lexical_weight
         self.enabled = enabled
         self.token_env_var = token_env_var
-        self._schema = CollectionSchema(
-            collection_name=collection_name,
-            metric_type=metric_type,
-            id_field=id_field,
-            content_field=content_field,
-            vector_field=vector_field,
-            metadata_field=metadata_field,
-        )
-        self._schema.validate()
+        self._schema = CollectionSchema.from_attributes(self)
         self._schema.json_key(category_key)
         self._sdk: MilvusChunkStore | None = None
         self._haystack: MilvusEmbeddingRetriever | None = None

@@ -12,7 +12,7 @@ import logging as stdlib_logging
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,19 @@ class CollectionSchema:
     content_field: str = "content"
     vector_field: str = "vector"
     metadata_field: str = "metadata"
+
+    @classmethod
+    def from_attributes(cls, owner: object) -> CollectionSchema:
+        """
+        Build and validate the schema from an object's attributes of the same names (a component's init parameters).
+
+        :param owner: An object with some of the attributes `collection_name`, `dimension`, `metric_type`, ...
+        :returns: The schema; attributes the object lacks keep their defaults.
+        :raises ValueError: Naming the bad parameter and the fix.
+        """
+        schema = cls(**{f.name: getattr(owner, f.name) for f in fields(cls) if hasattr(owner, f.name)})
+        schema.validate()
+        return schema
 
     def validate(self) -> None:
         """

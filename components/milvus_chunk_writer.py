@@ -85,17 +85,7 @@ class MilvusChunkWriter:
         self.vector_field = vector_field
         self.metadata_field = metadata_field
         self.token_env_var = token_env_var
-        self._schema = CollectionSchema(
-            collection_name=collection_name,
-            dimension=dimension,
-            metric_type=metric_type,
-            index_type=index_type,
-            id_field=id_field,
-            content_field=content_field,
-            vector_field=vector_field,
-            metadata_field=metadata_field,
-        )
-        self._schema.validate()
+        self._schema = CollectionSchema.from_attributes(self)
         self._store: MilvusChunkStore | None = None
 
     @property
