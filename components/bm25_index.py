@@ -1,8 +1,9 @@
 """In-process BM25 over chunk texts, for English and Chinese.
 
 English is lowercased, split into words, stop words dropped and Snowball-stemmed (PyStemmer); Chinese runs are
-split into overlapping character bigrams (measured better than jieba words on Chinese legal text). Used as the
-`bm25` baseline of the eval command and as the lexical half of hybrid retrieval.
+split into overlapping character bigrams (measured better than jieba words on Chinese legal text). `tokenize` also
+makes the terms stored in the collection for BM25 inside Milvus; `Bm25ChunkIndex` is the in-process fallback for a
+Milvus without full-text search.
 """
 
 from __future__ import annotations

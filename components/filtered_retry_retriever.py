@@ -11,11 +11,12 @@ from milvus_haystack import MilvusEmbeddingRetriever
 from components.bm25_index import Bm25ChunkIndex
 from components.json_metadata_document_store import JsonMetadataMilvusDocumentStore, json_filter_expression
 from components.knowledge_index import CachedKnowledgeIndex
-from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore, token_from_env
+from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore, lexical_text, token_from_env
 
 logger = logging.getLogger(__name__)
 
 MODES = ("haystack", "sdk", "auto")
+LEXICAL_SOURCES = ("auto", "milvus", "local")
 NO_EVIDENCE = "filtered_vector_no_evidence"
 LOW_QUALITY = "filtered_vector_low_quality"
 SEMANTICS = {"L2": "l2_distance", "COSINE": "cosine_similarity", "IP": "inner_product"}
@@ -81,6 +82,10 @@ class FilteredRetryRetriever:
     raw score, what it means (`l2_distance`, `cosine_similarity`, `inner_product`), its path, and a normalized
     similarity in [0, 1] as `Document.score`, on the same scale for both paths.
 
+    With `lexical_weight` > 0, retrieval is hybrid: BM25 runs inside Milvus on the collection's full-text field
+    (`lexical_source` `milvus`, or `auto` when the collection has one) or in-process over the collection's chunks
+    (`local`, or `auto` on a Milvus without full-text search), and each attempt records which one ran.
+
     ### Usage example
 
     ```python
@@ -109,6 +114,7 @@ class FilteredRetryRetriever:
         reference_threshold: float = 0.9,
         evidence_threshold: float = 0.0,
         lexical_weight: float = 0.0,
+        lexical_source: str = "auto",
         enabled: bool = True,
         token_env_var: str | None = "MILVUS_TOKEN",  # noqa: S107 - a variable name, not a secret
     ) -> None:
@@ -131,6 +137,9 @@ class FilteredRetryRetriever:
         :param lexical_weight: Weight of BM25 in hybrid retrieval (0 turns it off): each candidate's score is its
             normalized similarity plus `lexical_weight * bm25 / best_bm25`; chunks found only by BM25 join the
             candidates with their similarity computed from their stored vectors.
+        :param lexical_source: Where BM25 runs: `milvus` (the collection's BM25 full-text field), `local`
+            (in-process over the collection's chunks, read once per index change) or `auto` (milvus when the
+            collection has the field, local otherwise).
         :param enabled: With False, L1 does not run and the trace says so.
         :param token_env_var: Environment variable holding a server token.
         :raises ValueError: If a parameter is out of range.
@@ -140,6 +149,9 @@ class FilteredRetryRetriever:
             raise ValueError(msg)
         if top_k < 1:
             msg = f"top_k={top_k!r} must be positive; use e.g. 10"
+            raise ValueError(msg)
+        if lexical_source not in LEXICAL_SOURCES:
+            msg = f"lexical_source={lexical_source!r} is not supported; use one of {list(LEXICAL_SOURCES)}"
             raise ValueError(msg)
         if lexical_weight < 0:
             msg = f"lexical_weight={lexical_weight!r} must be >= 0 (0 turns hybrid retrieval off)"
@@ -162,6 +174,7 @@ class FilteredRetryRetriever:
         self.reference_threshold = reference_threshold
         self.evidence_threshold = evidence_threshold
         self.lexical_weight = lexical_weight
+        self.lexical_source = lexical_source
         self.enabled = enabled
         self.token_env_var = token_env_var
         self._schema = CollectionSchema.from_attributes(self)
@@ -170,6 +183,7 @@ class FilteredRetryRetriever:
         self._haystack: MilvusEmbeddingRetriever | None = None
         self._versions = CachedKnowledgeIndex(index_path)
         self._lexical: tuple[int, Bm25ChunkIndex, dict[str, dict[str, Any]]] | None = None
+        self._full_text: tuple[int, str] | None = None
 
     def warm_up(self) -> None:
         """Connect the configured path(s). Failures surface per attempt in the trace, never here."""
@@ -180,7 +194,7 @@ class FilteredRetryRetriever:
                 self._haystack_retriever()
             if self.mode == "sdk":
                 self.chunk_store().load()
-            if self.lexical_weight > 0:
+            if self.lexical_weight > 0 and not self._sparse_field():
                 self._lexical_index()
         except Exception as err:
             logger.warning("Milvus is not reachable yet: {error}", error=err)
@@ -192,6 +206,7 @@ class FilteredRetryRetriever:
         self._sdk = None
         self._haystack = None
         self._lexical = None
+        self._full_text = None
 
     def chunk_store(self) -> MilvusChunkStore:
         """
@@ -292,13 +307,50 @@ class FilteredRetryRetriever:
         raw = ((stored - query) ** 2).sum(axis=1) if self.metric_type == "L2" else stored @ query
         return [float(x) for x in raw]
 
-    def _with_lexical(
-        self, hits: list[Document], vector: list[float], query: str, category: str, limit: int
-    ) -> list[Document]:
+    def _sparse_field(self) -> str:
+        """The collection's BM25 output field, or `""` when BM25 runs in-process."""
+        if self.lexical_source == "local":
+            return ""
+        signature = self._versions.signature()  # a re-index may have re-created the collection
+        if self._full_text is None or self._full_text[0] != signature:
+            fields = self.chunk_store().full_text_fields()
+            self._full_text = (signature, fields[1] if fields else "")
+        if not self._full_text[1] and self.lexical_source == "milvus":
+            msg = (
+                f"collection {self.collection_name!r} has no BM25 full-text field; re-index it "
+                "(`lookup-knowledge index --rebuild`) on Milvus 2.5+ or Milvus Lite, or set lexical_source to auto "
+                "or local"
+            )
+            raise LookupError(msg)
+        return self._full_text[1]
+
+    def lexical_search(self, query: str, category: str = "", top_k: int = 10) -> tuple[list[tuple[str, float]], str]:
+        """
+        BM25 search, inside Milvus or in-process (see `lexical_source`).
+
+        :param query: The query text.
+        :param category: Only chunks of this category, or `""` for all.
+        :param top_k: Most hits.
+        :returns: `(chunk_id, bm25_score)` pairs, best first, and the path that ran (`milvus` or `local`).
+        :raises LookupError: If `lexical_source` is `milvus` and the collection has no full-text field.
+        """
+        sparse_field = self._sparse_field()
+        if sparse_field:
+            terms = lexical_text(query)
+            if not terms:
+                return [], "milvus"
+            expr = json_filter_expression(self._filters(category), self._schema)
+            return self.chunk_store().full_text_search(terms, sparse_field, top_k=top_k, expr=expr), "milvus"
         index, rows = self._lexical_index()
-        pairs = index.search(query, top_k=limit * 5 if category else limit)
+        pairs = index.search(query, top_k=top_k * 5 if category else top_k)
         if category:
-            pairs = [(cid, s) for cid, s in pairs if rows[cid].get(self.category_key) == category][:limit]
+            pairs = [(cid, s) for cid, s in pairs if rows[cid].get(self.category_key) == category][:top_k]
+        return pairs, "local"
+
+    def _with_lexical(
+        self, hits: list[Document], vector: list[float], query: str, category: str, limit: int, attempt: dict
+    ) -> list[Document]:
+        pairs, attempt["lexical_path"] = self.lexical_search(query, category, limit)
         if not pairs:
             return hits
         best = pairs[0][1]
@@ -326,7 +378,13 @@ class FilteredRetryRetriever:
         ]
         return sorted(fused, key=lambda d: -(d.score or 0.0))
 
-    def _active(self, docs: list[Document]) -> tuple[list[Document], int]:
+    def drop_superseded(self, docs: list[Document]) -> tuple[list[Document], int]:
+        """
+        Keep only chunks of the active document versions (and rows without a version, written by other tools).
+
+        :param docs: Retrieved chunks with `source` and `doc_version` in their meta.
+        :returns: The kept chunks and how many were dropped.
+        """
         index, _ = self._versions.get()
         if not index.documents:
             return docs, 0
@@ -351,6 +409,7 @@ class FilteredRetryRetriever:
             "below_threshold_dropped": 0,
             "candidate_count": 0,
             "top_score": None,
+            "lexical_path": None,
             "latency_ms": 0.0,
             "error": None,
         }
@@ -360,9 +419,9 @@ class FilteredRetryRetriever:
             hits = self._search(vector, category, top_k * 2, attempt)  # headroom for superseded versions
             hits = [replace(d, meta={**d.meta, "similarity": d.score}) for d in hits]
             if self.lexical_weight > 0 and query:
-                hits = self._with_lexical(hits, vector, query, category, top_k)
+                hits = self._with_lexical(hits, vector, query, category, top_k, attempt)
             attempt["raw_hits"] = len(hits)
-            active, attempt["stale_dropped"] = self._active(hits)
+            active, attempt["stale_dropped"] = self.drop_superseded(hits)
             usable = [d for d in active if _similarity(d) >= self.evidence_threshold]
             attempt["below_threshold_dropped"] = len(active) - len(usable)
             docs = [

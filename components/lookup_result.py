@@ -54,6 +54,7 @@ class RetrievalAttempt(_Contract):
     below_threshold_dropped: int = 0
     candidate_count: int = 0
     top_score: float | None = None
+    lexical_path: str | None = None  # where BM25 ran for hybrid retrieval: `milvus`, `local`, or None (off)
     latency_ms: float = 0.0
     error: str | None = None
     fallback: dict[str, str] | None = None

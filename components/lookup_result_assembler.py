@@ -130,6 +130,7 @@ class LookupResultAssembler:
         session_summary: dict[str, Any] | None = None,
         error: str | None = None,
         session_id: str | None = None,
+        sidecar: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """
         Assemble the result.
@@ -146,6 +147,7 @@ class LookupResultAssembler:
         :param session_summary: From the session filter.
         :param error: Why the query was rejected, if it was.
         :param session_id: The caller's session.
+        :param sidecar: The comparison retrieval's report; it goes to `details` only, never into `result`.
         :returns: `result` (the camelCase `LookupResult` JSON) and `details` (snake_case `retrieval_details`).
         """
         hints = hints or {}
@@ -205,6 +207,6 @@ class LookupResultAssembler:
             "evidence_block_count": len(blocks),
             "dedup": dedup_summary,
             "session": session_summary,
-            "sidecar": {"enabled": False, "status": "off"},
+            "sidecar": sidecar or {"enabled": False, "status": "off"},
         }
         return {"result": result.to_json_dict(), "details": details}

@@ -6,7 +6,7 @@ from typing import Any
 
 from haystack import Document, component, logging
 
-from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore, token_from_env
+from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore, lexical_text, token_from_env
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +27,9 @@ class MilvusChunkWriter:
     """
     Writes embedded chunks to the Milvus knowledge collection, one document at a time, all or nothing.
 
-    Rows follow the original schema (`id`, `content`, `vector`, `metadata` JSON; names configurable). The chunks of
+    Rows follow the original schema (`id`, `content`, `vector`, `metadata` JSON; names configurable). Where the
+    Milvus version supports full-text search, a new collection also gets `lexical_field` (the chunk's BM25 terms,
+    written here) and `sparse_field` (filled from it by Milvus' BM25 function). The chunks of
     one document are inserted together; if the insert fails, whatever part of it landed is deleted again and the
     document is reported in `failures`, so the previous version of that document (whose chunk ids differ, because
     ids include the file version) stays untouched. Removing superseded versions is a separate, later step
@@ -55,6 +57,8 @@ class MilvusChunkWriter:
         content_field: str = "content",
         vector_field: str = "vector",
         metadata_field: str = "metadata",
+        lexical_field: str = "lexical",
+        sparse_field: str = "sparse",
         token_env_var: str | None = "MILVUS_TOKEN",  # noqa: S107 - a variable name, not a secret
     ) -> None:
         """
@@ -69,6 +73,11 @@ class MilvusChunkWriter:
         :param content_field: Text field name.
         :param vector_field: Vector field name.
         :param metadata_field: JSON metadata field name.
+        :param lexical_field: Text field of a new collection holding each chunk's BM25 terms (English stems,
+            Chinese character bigrams); `""` (with `sparse_field` `""`) creates no full-text search in Milvus, and
+            lexical retrieval then runs in-process. An existing collection keeps its schema.
+        :param sparse_field: Sparse field of a new collection that Milvus' BM25 function fills from
+            `lexical_field`.
         :param token_env_var: Environment variable holding a server token; the token is never stored in YAML.
         :raises ValueError: If a name or parameter is invalid.
         """
@@ -84,9 +93,12 @@ class MilvusChunkWriter:
         self.content_field = content_field
         self.vector_field = vector_field
         self.metadata_field = metadata_field
+        self.lexical_field = lexical_field
+        self.sparse_field = sparse_field
         self.token_env_var = token_env_var
         self._schema = CollectionSchema.from_attributes(self)
         self._store: MilvusChunkStore | None = None
+        self._full_text: tuple[str, str] | None = None
 
     @property
     def store(self) -> MilvusChunkStore:
@@ -98,6 +110,7 @@ class MilvusChunkWriter:
     def warm_up(self) -> None:
         """Connect and create the collection if it does not exist."""
         self.store.ensure_collection()
+        self._full_text = self.store.full_text_fields()
 
     def close(self) -> None:
         """Release the connection."""
@@ -110,12 +123,15 @@ class MilvusChunkWriter:
             got = len(doc.embedding or [])
             msg = f"chunk {doc.id} has an embedding of dimension {got}, the collection expects {self.dimension}"
             raise ValueError(msg)
-        return {
+        row = {
             self.id_field: doc.id,
             self.content_field: doc.content or "",
             self.vector_field: doc.embedding,
             self.metadata_field: _json_safe(doc.meta),
         }
+        if self._full_text is not None:
+            row[self._full_text[0]] = lexical_text(doc.content or "")
+        return row
 
     def _write_one(self, source: str, chunks: list[Document]) -> None:
         rows = [self._row(doc) for doc in chunks]

@@ -121,7 +121,7 @@ class RuleReranker:
             add("consensus_domain", consensus)
         return boosts
 
-    @component.output_types(documents=list[Document], rerank_trace=dict[str, Any])
+    @component.output_types(documents=list[Document], rerank_trace=dict[str, Any], ranking=list[str])
     def run(self, documents: list[Document], hints: dict[str, Any] | None = None) -> dict[str, Any]:
         """
         Rerank candidates.
@@ -130,7 +130,8 @@ class RuleReranker:
         :param hints: L0 hint data; without hints the order is the similarity order.
         :returns: `documents` (reranked copies; meta gains `base_score`, `boosts` and `hit_reasons`, `score` is
             the final score) and `rerank_trace` (`weights`, `max_boost`, `items` for the top candidates: rank,
-            source, evidence key, base score, final score, boost reasons).
+            source, evidence key, base score, final score, boost reasons) and `ranking` (the evidence keys in the new
+            order: a compact view for consumers such as the sidecar, cheap for the pipeline to hand on).
         """
         hints = hints or {}
         consensus = self._consensus(documents) if self._weights["consensus_domain"] > 0 else ""
@@ -162,4 +163,5 @@ class RuleReranker:
             for rank, d in enumerate(scored[: self.trace_top_n], start=1)
         ]
         trace = {"weights": dict(self._weights), "max_boost": self.max_boost, "items": items}
-        return {"documents": scored, "rerank_trace": trace}
+        ranking = [str(d.meta.get("evidence_key") or d.id) for d in scored]
+        return {"documents": scored, "rerank_trace": trace, "ranking": ranking}

@@ -1,7 +1,9 @@
 """Side-by-side performance figures: the full lookup pipeline next to a bare Haystack retrieval pipeline.
 
-Both run in the same process, on the same Milvus collection and the same embedding model, alternating query by
-query so that machine noise hits both alike. Reported: medians, p90s and their ratio.
+All run in the same process, on the same Milvus collection and the same embedding model, in an order rotated
+query by query so that machine noise hits them alike: the lookup pipeline as configured (BM25 inside Milvus, sidecar
+off), the same with in-process BM25 (`lexical_source: local`), the same without the sidecar component at all, and
+bare embedding retrieval. Reported: medians, p90s, ratios.
 """
 
 from __future__ import annotations
@@ -10,16 +12,19 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from haystack import Pipeline
 from milvus_haystack import MilvusDocumentStore, MilvusEmbeddingRetriever
 
 from components.offline_text_embedder import OfflineTextEmbedder
 from pipelines import load_pipeline, lookup
 from pipelines.indexing import KnowledgeIndexer
-from pipelines.settings import REPO_ROOT, Deployment
+from pipelines.loading import apply_overrides
+from pipelines.settings import ALLOWED_MODULES, DEFAULT_LOOKUP_PIPELINE, REPO_ROOT, Deployment
 
 
 def _bare_pipeline(deployment: Deployment, collection: str, model: str, top_k: int) -> Pipeline:
@@ -35,6 +40,16 @@ def _bare_pipeline(deployment: Deployment, collection: str, model: str, top_k: i
     bare.connect("embedder.embedding", "retriever.query_embedding")
     bare.warm_up()
     return bare
+
+
+def _without_sidecar(deployment: Deployment) -> Pipeline:
+    """The shipped pipeline with its (switched off) sidecar component and connections removed."""
+    data = apply_overrides(yaml.safe_load(DEFAULT_LOOKUP_PIPELINE.read_text(encoding="utf-8")), deployment)
+    data["components"].pop("sidecar")
+    data["connections"] = [c for c in data["connections"] if "sidecar." not in c["sender"] + c["receiver"]]
+    pipeline = Pipeline.from_dict(data, allowed_modules=list(ALLOWED_MODULES))
+    pipeline.warm_up()
+    return pipeline
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -63,26 +78,32 @@ def run_bench(
     indexer.close()
 
     full = load_pipeline(data_dir=deployment.data_dir, milvus_uri=deployment.milvus_uri)
+    local = load_pipeline(
+        data_dir=deployment.data_dir,
+        milvus_uri=deployment.milvus_uri,
+        component_params={"retriever": {"lexical_source": "local"}},
+    )
+    without_sidecar = _without_sidecar(deployment)
     top_k = int(getattr(full.get_component("retriever"), "top_k", 10))
     bare = _bare_pipeline(deployment, collection, model, top_k)
-    for query in queries[:3]:  # warm both paths before timing
-        lookup(full, query)
-        bare.run({"embedder": {"text": query}})
+    runners: dict[str, Callable[[str], object]] = {
+        "bare_haystack": lambda q: bare.run({"embedder": {"text": q}}),
+        "lookup_pipeline": lambda q: lookup(full, q),
+        "lookup_pipeline_local_bm25": lambda q: lookup(local, q),
+        "lookup_pipeline_without_sidecar": lambda q: lookup(without_sidecar, q),
+    }
+    for query in queries[:3]:  # warm every path before timing
+        for run in runners.values():
+            run(query)
 
-    timings: dict[str, list[float]] = {"bare_haystack": [], "lookup_pipeline": []}
+    names = list(runners)
+    timings: dict[str, list[float]] = {name: [] for name in names}
     for round_no in range(rounds):
         for i, query in enumerate(queries):
-            order = (
-                ("bare_haystack", "lookup_pipeline")
-                if (i + round_no) % 2 == 0
-                else ("lookup_pipeline", "bare_haystack")
-            )
-            for name in order:
+            shift = (i + round_no) % len(names)  # rotate the order so machine noise hits all alike
+            for name in names[shift:] + names[:shift]:
                 started = time.perf_counter()
-                if name == "bare_haystack":
-                    bare.run({"embedder": {"text": query}})
-                else:
-                    lookup(full, query)
+                runners[name](query)
                 timings[name].append((time.perf_counter() - started) * 1000)
     medians = {name: statistics.median(values) for name, values in timings.items()}
     return {
@@ -97,4 +118,10 @@ def run_bench(
         },
         "p50_ratio_lookup_to_bare": round(medians["lookup_pipeline"] / medians["bare_haystack"], 2),
         "p50_overhead_ms": round(medians["lookup_pipeline"] - medians["bare_haystack"], 2),
+        "p50_ratio_milvus_bm25_to_local_bm25": round(
+            medians["lookup_pipeline"] / medians["lookup_pipeline_local_bm25"], 2
+        ),
+        "p50_ratio_sidecar_off_to_no_sidecar": round(
+            medians["lookup_pipeline"] / medians["lookup_pipeline_without_sidecar"], 2
+        ),
     }

@@ -4,7 +4,7 @@ Configs, all on the same Milvus collection and embedding model:
 - `pipeline`: `pipelines.yaml` as configured; its ranking is the reranked candidate list (before the evidence caps
   that only shape what an agent sees);
 - `dense`: plain embedding retrieval (no hints, no filter, no rerank);
-- `bm25`: BM25 over the same chunks.
+- `bm25`: BM25 over the same chunks, on the retriever's lexical path (Milvus full-text search, or in-process).
 A retrieved chunk counts for its document (its best chunk ranks it). Metrics come from Haystack's document
 evaluators; queries without judged documents are left out and counted.
 """
@@ -23,10 +23,8 @@ from haystack import Document, Pipeline
 from haystack.components.evaluators import DocumentMRREvaluator, DocumentNDCGEvaluator, DocumentRecallEvaluator
 from tqdm import tqdm
 
-from components.bm25_index import Bm25ChunkIndex
 from components.embedding_backends import get_backend
 from components.filtered_retry_retriever import FilteredRetryRetriever
-from components.milvus_chunk_store import MilvusChunkStore
 from pipelines import load_pipeline
 from pipelines.indexing import KnowledgeIndexer
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, Deployment
@@ -108,22 +106,22 @@ def score_rankings(rankings: list[list[str]], gold: list[list[str]]) -> dict[str
 
 
 class _Baselines:
-    """The `dense` and `bm25` configs, reading the same collection as the pipeline."""
+    """The `dense` and `bm25` configs, reading the same collection (and BM25 path) as the pipeline."""
 
-    def __init__(self, store: MilvusChunkStore, model: str, top_k: int) -> None:
-        self.store = store
+    def __init__(self, retriever: FilteredRetryRetriever, model: str) -> None:
+        self.retriever = retriever
+        self.store = retriever.chunk_store()
         self.backend = get_backend(model)
-        self.top_k = top_k
-        rows = store.scan_metadata(keys=("doc_id",), with_content=True)
-        self.doc_of = {r["id"]: r["doc_id"] for r in rows}
-        self.bm25 = Bm25ChunkIndex([r["id"] for r in rows], [r["content"] for r in rows])
+        self.top_k = retriever.top_k
+        self.doc_of = {r["id"]: r["doc_id"] for r in self.store.scan_metadata(keys=("doc_id",))}
 
     def dense(self, query: str) -> list[str]:
         vector = self.backend.embed_queries([query])[0].tolist()
         return [h["metadata"].get("doc_id", h["id"]) for h in self.store.search(vector, top_k=self.top_k)]
 
     def bm25_search(self, query: str) -> list[str]:
-        return [self.doc_of[chunk] for chunk, _ in self.bm25.search(query, top_k=self.top_k)]
+        pairs, _ = self.retriever.lexical_search(query, top_k=self.top_k)
+        return [self.doc_of.get(chunk, chunk) for chunk, _ in pairs]
 
 
 def _pipeline_runner(pipeline: Pipeline, l0_log: list[dict[str, Any]]) -> Callable[[str], list[str]]:
@@ -199,7 +197,7 @@ def evaluate(
     runners: dict[str, Callable[[str], list[str]]] = {"pipeline": _pipeline_runner(pipeline, l0_log)}
     if baselines:
         # the baselines read the same collection, schema and connection as the pipeline
-        plain = _Baselines(retriever.chunk_store(), model, top_k=retriever.top_k)
+        plain = _Baselines(retriever, model)
         runners.update(dense=plain.dense, bm25=plain.bm25_search)
     rankings: dict[str, list[list[str]]] = {name: [] for name in runners}
     latencies: dict[str, list[float]] = {name: [] for name in runners}

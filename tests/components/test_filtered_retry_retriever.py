@@ -87,6 +87,7 @@ class TestFilteredRetryRetriever:
         assert retriever.reference_threshold == 0.9
         assert retriever.evidence_threshold == 0.0
         assert retriever.lexical_weight == 0.0
+        assert retriever.lexical_source == "auto"
         assert retriever.enabled is True
         assert retriever.token_env_var == "MILVUS_TOKEN"
 
@@ -100,6 +101,7 @@ class TestFilteredRetryRetriever:
             ({"mode": "fast"}, "mode='fast'"),
             ({"top_k": 0}, "top_k=0"),
             ({"lexical_weight": -0.1}, "lexical_weight=-0.1"),
+            ({"lexical_source": "elastic"}, "lexical_source='elastic'"),
             ({"reference_threshold": 1.5}, "reference_threshold=1.5"),
             ({"reference_threshold": -0.1}, r"reference_threshold=-0\.1"),
             ({"evidence_threshold": 2.0}, r"evidence_threshold=2\.0"),
@@ -129,6 +131,7 @@ class TestFilteredRetryRetriever:
             "reference_threshold": 0.75,
             "evidence_threshold": 0.3,
             "lexical_weight": 0.2,
+            "lexical_source": "local",
             "enabled": False,
             "token_env_var": "OTHER_TOKEN",
         }
@@ -542,3 +545,80 @@ class TestFilteredRetryRetriever:
             query_embedding=disk_vector, query="Basic plan price seats", category_filter="alerts"
         )
         assert {d.meta["category"] for d in out["candidates"]} == {"alerts"}
+
+    # --- where BM25 runs: inside Milvus or in-process -----------------------------------------------------------
+
+    @staticmethod
+    def _copy_without_full_text(data_dir: Path, name: str) -> None:
+        """A copy of the indexed collection without the BM25 fields, as a Milvus before 2.5 would hold it."""
+        uri = str(data_dir / "milvus.db")
+        source = MilvusChunkStore(uri, CollectionSchema())
+        target = MilvusChunkStore(uri, CollectionSchema(collection_name=name))
+        try:
+            source.load()
+            fields = ["id", "content", "vector", "metadata"]
+            rows = source.client.query("knowledge_chunks", filter='id != ""', output_fields=fields)
+            target.drop()
+            target.ensure_collection()
+            target.insert(rows)
+            target.flush()
+            assert target.full_text_fields() is None
+        finally:
+            source.close()
+            target.close()
+
+    @pytest.mark.integration
+    def test_bm25_runs_inside_milvus_when_the_collection_has_full_text(self, make_retriever, disk_vector):
+        retriever = make_retriever(lexical_weight=0.1)
+        assert retriever.chunk_store().full_text_fields() == ("lexical", "sparse")
+        out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
+        assert [a["lexical_path"] for a in out["retrieval_trace"]["attempts"]] == ["milvus"]
+        assert any(d.meta.get("lexical_score", 0) > 0 for d in out["candidates"])
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("query", ["Pro plan API access seats", "退款多久到账", "disk full node"])
+    def test_milvus_and_in_process_bm25_rank_alike(self, make_retriever, query):
+        in_milvus, path = make_retriever(lexical_source="milvus").lexical_search(query, top_k=5)
+        in_process, local = make_retriever(lexical_source="local").lexical_search(query, top_k=5)
+        assert (path, local) == ("milvus", "local")
+        assert in_milvus, query
+        assert [cid for cid, _ in in_milvus] == [cid for cid, _ in in_process]
+        # Milvus scales BM25 by (k1 + 1); hybrid retrieval divides by the best score, so only the ratios matter
+        assert [s / in_milvus[0][1] for _, s in in_milvus] == pytest.approx(
+            [s / in_process[0][1] for _, s in in_process], rel=0.02
+        )
+
+    @pytest.mark.integration
+    def test_milvus_bm25_respects_the_category_filter(self, make_retriever):
+        retriever = make_retriever(lexical_source="milvus")
+        filtered, _ = retriever.lexical_search("plan seats and seven days", "alerts", top_k=5)
+        unfiltered, _ = retriever.lexical_search("plan seats and seven days", top_k=5)
+        categories = {r["id"]: r["category"] for r in retriever.chunk_store().scan_metadata(keys=("category",))}
+        assert {categories[cid] for cid, _ in filtered} == {"alerts"}
+        assert {categories[cid] for cid, _ in unfiltered} == {"alerts", "product-faq"}
+
+    @pytest.mark.integration
+    def test_query_without_terms_finds_nothing_lexically(self, make_retriever):
+        assert make_retriever(lexical_source="milvus").lexical_search("the of and ?!", top_k=5) == ([], "milvus")
+
+    @pytest.mark.integration
+    def test_auto_uses_in_process_bm25_on_a_collection_without_full_text(self, make_retriever, data_dir, disk_vector):
+        self._copy_without_full_text(data_dir, "no_full_text")
+        out = make_retriever(collection_name="no_full_text", lexical_weight=0.1).run(
+            query_embedding=disk_vector, query=DISK_QUESTION
+        )
+        attempt = out["retrieval_trace"]["attempts"][0]
+        assert (attempt["error"], attempt["lexical_path"]) == (None, "local")
+        assert any(d.meta.get("lexical_score", 0) > 0 for d in out["candidates"])
+
+    @pytest.mark.integration
+    def test_forcing_milvus_bm25_on_a_collection_without_full_text_is_a_recorded_error(
+        self, make_retriever, data_dir, disk_vector
+    ):
+        self._copy_without_full_text(data_dir, "no_full_text_forced")
+        retriever = make_retriever(collection_name="no_full_text_forced", lexical_weight=0.1, lexical_source="milvus")
+        out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
+        assert "no BM25 full-text field" in out["retrieval_trace"]["attempts"][0]["error"]
+        assert out["candidates"] == []
+        with pytest.raises(LookupError, match="lexical_source"):
+            retriever.lexical_search("disk", top_k=3)

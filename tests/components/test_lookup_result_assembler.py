@@ -457,6 +457,15 @@ class TestLookupResultAssembler:
         assert [b["evidence_key"] for b in details["evidence_blocks"]] == ["alerts/doc1.md#1", "alerts/doc2.md#2"]
         json.dumps(details)  # stored in a JSON column
 
+    def test_sidecar_report_goes_to_details_only(self):
+        inputs = _inputs([_doc(1), _doc(2)])
+        report = {"enabled": True, "status": "ok", "rows": [{"evidence_key": "x.md#0", "rank": 1}], "comparison": {}}
+        plain = LookupResultAssembler().run(**inputs)
+        with_sidecar = LookupResultAssembler().run(**inputs, sidecar=report)
+        assert with_sidecar["details"]["sidecar"] == report
+        assert plain["details"]["sidecar"] == {"enabled": False, "status": "off"}
+        assert with_sidecar["result"] == plain["result"]
+
     def test_details_context_pack_summary_has_no_packed_text(self):
         inputs = _inputs([_doc(1), _doc(2)])
         summary = LookupResultAssembler().run(**inputs)["details"]["context_pack_summary"]

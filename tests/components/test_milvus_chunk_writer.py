@@ -8,6 +8,7 @@ import pytest
 from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 
+from components.milvus_chunk_store import lexical_text
 from components.milvus_chunk_writer import MilvusChunkWriter
 
 DIM = 4
@@ -76,6 +77,7 @@ class TestMilvusChunkWriter:
         assert writer.index_type == "AUTOINDEX"
         assert (writer.id_field, writer.content_field) == ("id", "content")
         assert (writer.vector_field, writer.metadata_field) == ("vector", "metadata")
+        assert (writer.lexical_field, writer.sparse_field) == ("lexical", "sparse")
         assert writer.token_env_var == "MILVUS_TOKEN"
 
     def test_init_does_not_connect(self, tmp_path):
@@ -94,6 +96,9 @@ class TestMilvusChunkWriter:
             ({"collection_name": "bad-name"}, "collection_name='bad-name'"),
             ({"dimension": 0}, "dimension=0"),
             ({"dimension": -3}, "dimension=-3"),
+            ({"lexical_field": "bad-name"}, "lexical_field='bad-name'"),
+            ({"sparse_field": ""}, "go together"),
+            ({"lexical_field": ""}, "go together"),
         ],
     )
     def test_invalid_init(self, kwargs, match):
@@ -111,12 +116,22 @@ class TestMilvusChunkWriter:
             "content_field": "text",
             "vector_field": "emb",
             "metadata_field": "meta_json",
+            "lexical_field": "terms",
+            "sparse_field": "terms_bm25",
             "token_env_var": "OTHER_TOKEN",
         }
         data = component_to_dict(MilvusChunkWriter(**params), "writer")
         assert data["init_parameters"] == params
         restored = component_from_dict(MilvusChunkWriter, data, "writer")
         assert {name: getattr(restored, name) for name in params} == params
+
+    def test_lexical_text_is_stems_and_bigrams_cut_to_fit_the_field(self):
+        assert lexical_text("Disks are running FULL") == "disk run full"
+        assert lexical_text("退款到账") == "退款 款到 到账"
+        huge = lexical_text("退款到账" * 20000)
+        assert len(huge.encode()) <= 65535
+        assert set(huge.split()) == {"退款", "款到", "到账", "账退"}  # cut between terms, never inside one
+        assert lexical_text("") == ""
 
     def test_to_dict_does_not_store_a_token(self, monkeypatch):
         monkeypatch.setenv("MILVUS_TOKEN", "s3cret-token")
@@ -131,12 +146,38 @@ class TestMilvusChunkWriter:
         client = writer.store.client
         assert client.has_collection(writer.collection_name)
         fields = {f["name"]: f for f in client.describe_collection(writer.collection_name)["fields"]}
-        assert set(fields) == {"pk", "text", "emb", "meta_json"}
+        assert set(fields) == {"pk", "text", "emb", "meta_json", "lexical", "sparse"}
         assert fields["pk"].get("is_primary") is True
         assert fields["emb"]["params"]["dim"] == DIM
-        index = client.describe_index(writer.collection_name, index_name=client.list_indexes(writer.collection_name)[0])
-        assert index["field_name"] == "emb"
-        assert index["metric_type"] == "COSINE"
+        names = client.list_indexes(writer.collection_name)
+        indexes = [client.describe_index(writer.collection_name, index_name=n) for n in names]
+        assert {i["field_name"]: i["metric_type"] for i in indexes} == {"emb": "COSINE", "sparse": "BM25"}
+        assert writer.store.full_text_fields() == ("lexical", "sparse")
+
+    @pytest.mark.integration
+    def test_full_text_fields_can_be_turned_off(self, make_writer):
+        writer = make_writer(lexical_field="", sparse_field="")
+        writer.run(documents=[chunk("a.md", "v1", 0)])
+        fields = {f["name"] for f in writer.store.client.describe_collection(writer.collection_name)["fields"]}
+        assert fields == {"pk", "text", "emb", "meta_json"}
+        assert writer.store.full_text_fields() is None
+        assert set(rows(writer)["a.md@v1#0"]) == fields
+
+    @pytest.mark.integration
+    def test_rows_are_found_by_milvus_full_text_search(self, make_writer):
+        writer = make_writer()
+        writer.run(
+            documents=[
+                chunk("alerts/disk.md", "v1", 0, text="Disks running full: clean the logs"),
+                chunk("payments/refund.md", "v1", 0, text="退款在审核通过后七个工作日内原路退回。"),
+            ]
+        )
+        writer.store.flush()
+        english = writer.store.full_text_search(lexical_text("disk is full"), "sparse", top_k=5)
+        chinese = writer.store.full_text_search(lexical_text("退款多久退回"), "sparse", top_k=5)
+        assert [pk for pk, _ in english] == ["alerts/disk.md@v1#0"]  # stems: disks -> disk
+        assert [pk for pk, _ in chinese] == ["payments/refund.md@v1#0"]  # character bigrams
+        assert english[0][1] > 0 and chinese[0][1] > 0
 
     @pytest.mark.integration
     def test_run_writes_rows_with_the_configured_fields(self, make_writer):
@@ -157,7 +198,9 @@ class TestMilvusChunkWriter:
         assert set(stored) == {d.id for d in docs}
         for doc in docs:
             row = stored[doc.id]
-            assert set(row) == {"pk", "text", "emb", "meta_json"}
+            assert set(row) == {"pk", "text", "emb", "meta_json", "lexical", "sparse"}
+            assert row["lexical"] == lexical_text(doc.content)
+            assert row["sparse"]  # filled by Milvus' BM25 function, not by the writer
             assert row["text"] == doc.content
             assert [float(x) for x in row["emb"]] == pytest.approx(doc.embedding)
             assert row["meta_json"] == doc.meta
@@ -321,7 +364,7 @@ class TestMilvusChunkWriter:
         try:
             writer.run(documents=[chunk("a.md", "v1", 0)])
             stored = rows(writer)
-            assert set(stored["a.md@v1#0"]) == {"id", "content", "vector", "metadata"}
+            assert set(stored["a.md@v1#0"]) == {"id", "content", "vector", "metadata", "lexical", "sparse"}
         finally:
             writer.store.drop()
             writer.close()

@@ -244,6 +244,8 @@ class TestRuleReranker:
         out = RuleReranker(trace_top_n=3).run(documents=docs, hints=HINTS)
         trace = out["rerank_trace"]
         assert len(out["documents"]) == 9
+        assert out["ranking"] == _keys(out["documents"])  # every candidate, in the new order
+        assert out["ranking"][0] == "alerts/disk.md#0"
         assert trace["max_boost"] == 0.06
         assert trace["weights"] == DEFAULT_WEIGHTS
         assert len(trace["items"]) == 3
@@ -314,7 +316,9 @@ class TestRuleReranker:
 
     def test_empty_input_gives_empty_output(self):
         out = RuleReranker().run(documents=[], hints=HINTS)
+        assert set(out) == {"documents", "rerank_trace", "ranking"}
         assert out["documents"] == []
+        assert out["ranking"] == []
         assert out["rerank_trace"]["items"] == []
 
     def test_inputs_are_not_mutated(self):

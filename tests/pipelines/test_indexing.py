@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from components.embedding_backends import get_backend
+from components.filtered_retry_retriever import FilteredRetryRetriever
 from components.knowledge_index import KnowledgeIndex
 from pipelines.indexing import KnowledgeIndexer
 from pipelines.settings import Deployment
@@ -28,6 +29,8 @@ def top_content(indexer: KnowledgeIndexer, query: str) -> str:
 
 
 class TestKnowledgeIndexer:
+    full_text = True  # Milvus Lite has BM25 full-text search; the Milvus 2.3 server of the server tier has not
+
     @pytest.fixture
     def indexer(self, tmp_path: Path, milvus_uri_for):
         deployment = Deployment.resolve(tmp_path / "data", milvus_uri=milvus_uri_for(tmp_path))
@@ -54,6 +57,28 @@ class TestKnowledgeIndexer:
         index = KnowledgeIndex.load(indexer.deployment.index_path)
         assert {d.doc_id for d in index.documents} == {"alerts-disk", "payments-refund", "faq-plans"}
         assert next(d for d in index.documents if d.doc_id == "alerts-disk").entities == ["node_exporter"]
+
+    def test_bm25_runs_in_milvus_where_it_can_and_follows_re_indexing(self, indexer, tiny_kb):
+        indexer.index(tiny_kb, progress=False)
+        store = indexer.writer.store
+        assert store.full_text_fields() == (("lexical", "sparse") if self.full_text else None)
+        path = tiny_kb / "alerts/disk.md"
+        path.write_text(path.read_text().replace("seven days", "three days, and page the storage team"))
+        indexer.index(tiny_kb, progress=False)
+        retriever = FilteredRetryRetriever(
+            uri=indexer.writer.uri,
+            index_path=str(indexer.deployment.index_path),
+            collection_name=indexer.writer.collection_name,
+        )
+        try:
+            pairs, where = retriever.lexical_search("page the storage team", top_k=3)
+            chinese, _ = retriever.lexical_search("退款多久到账", top_k=1)
+            contents = {r["id"]: r["content"] for r in store.get_rows([pairs[0][0], chinese[0][0]])}
+        finally:
+            retriever.close()
+        assert where == ("milvus" if self.full_text else "local")
+        assert "page the storage team" in contents[pairs[0][0]]
+        assert "退款" in contents[chinese[0][0]]
 
     def test_unchanged_files_are_not_re_embedded(self, indexer, tiny_kb, monkeypatch):
         indexer.index(tiny_kb, progress=False)

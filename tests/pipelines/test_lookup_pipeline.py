@@ -430,6 +430,48 @@ class TestLookupPipeline:
             assert key in details, key
         assert "packedText" not in details["context_pack_summary"]
 
+    # --- sidecar comparison retrieval --------------------------------------------------------------------------
+
+    @staticmethod
+    def _stable(result: dict) -> dict:
+        """The result without what differs between two runs anyway (trace id, timings)."""
+        stable = json.loads(json.dumps(result))
+        stable.pop("traceId")
+        for attempt in stable["retrievalTrace"]["attempts"]:
+            attempt.pop("latencyMs", None)
+            attempt.pop("latency_ms", None)
+        return stable
+
+    @pytest.mark.parametrize("retriever", ["bm25", "dense"])
+    def test_sidecar_is_traced_and_never_changes_the_result(self, make_pipeline, deployment, retriever):
+        main = {"reference_threshold": 0.5, "evidence_threshold": 0.5}
+        query = "disk usage above 90 percent on a node"
+        off = lookup(make_pipeline(retriever=main), query)
+        on = lookup(
+            make_pipeline(
+                retriever=main,
+                sidecar={"enabled": True, "retriever": retriever, "collection_name": deployment.collection},
+            ),
+            query,
+        )
+        failing = lookup(
+            make_pipeline(retriever=main, sidecar={"enabled": True, "collection_name": "no_such_collection"}),
+            query,
+        )
+        assert self._stable(on) == self._stable(off) == self._stable(failing)
+        assert self.trace_row(deployment, off).retrieval_details["sidecar"] == {"enabled": False, "status": "off"}
+        sidecar = self.trace_row(deployment, on).retrieval_details["sidecar"]
+        assert (sidecar["status"], sidecar["retriever"], sidecar["error"]) == ("ok", retriever, None)
+        assert sidecar["rows"][0]["source"] == "alerts/disk.md"
+        assert {"doc_id", "title", "breadcrumb", "category", "rank", "preview", "score_label", "score"} <= set(
+            sidecar["rows"][0]
+        )
+        comparison = sidecar["comparison"]
+        assert comparison["overlap"] + len(comparison["only_in_sidecar"]) == len(sidecar["rows"])
+        assert off["evidenceBlocks"][0]["evidenceKey"] in {s["evidence_key"] for s in comparison["rank_shifts"]}
+        broken = self.trace_row(deployment, failing).retrieval_details["sidecar"]
+        assert broken["status"] == "failed" and "no_such_collection" in broken["error"]
+
     def test_trace_store_down_does_not_fail_the_lookup_nor_lose_the_row(self, deployment, tmp_path):
         blocker = tmp_path / "not-a-dir"
         blocker.write_text("x")
@@ -467,7 +509,7 @@ class TestPipelinesYaml:
         def edges(data):
             return sorted((c["sender"], c["receiver"]) for c in data["connections"])
 
-        assert edges(a) == edges(b) and len(edges(a)) == 25
+        assert edges(a) == edges(b) and len(edges(a)) == 28
 
     @pytest.mark.integration
     def test_editing_the_yaml_changes_behaviour(self, tmp_path, tiny_kb):
