@@ -115,6 +115,8 @@ class SidecarRetriever:
         if self.enabled and self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sidecar")
             self._search.warm_up()
+            if self.retriever == "dense":
+                get_backend(self.model)  # load the model now, not inside the first lookup's timeout
 
     def close(self) -> None:
         """Stop the worker thread and release the connection."""

@@ -23,6 +23,13 @@ def _print_index_summary(summary: dict, deployment: Deployment) -> None:
     )
     for failure in summary["failures"]:
         print(f"  FAILED {failure['source']}: {failure['reason']}")
+    if summary["bm25"] == "milvus":
+        print("BM25: inside Milvus (full-text search on the collection)")
+    else:
+        print(
+            "BM25: in-process (this collection has no BM25 full-text field; on Milvus Lite or Milvus 2.5+, "
+            "`lookup-knowledge index --rebuild` adds it)"
+        )
     print(
         f"Data: Milvus at {deployment.milvus_uri}, knowledge index at {deployment.index_path}, "
         f"lookup traces in {deployment.trace_db_url}"

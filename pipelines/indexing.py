@@ -41,6 +41,7 @@ class IndexSummary:
     seconds: float = 0.0
     failures: list[dict[str, str]] = field(default_factory=list)
     cleanup_error: str | None = None
+    bm25: str = ""  # where lookups run BM25 on this collection: `milvus` or `in-process`
 
     @property
     def failed(self) -> int:
@@ -67,6 +68,7 @@ class IndexSummary:
             "chars_per_second": round(self.chars_per_second, 1),
             "failures": self.failures,
             "cleanup_error": self.cleanup_error,
+            "bm25": self.bm25,
         }
 
 
@@ -204,6 +206,7 @@ class KnowledgeIndexer:
             if (entry := old.get(source)) is None or entry.doc_version != versions[source]
         ]
         summary = IndexSummary(files=len(files), skipped=len(files) - len(todo))
+        summary.bm25 = "milvus" if self.writer.store.full_text_fields() else "in-process"
         summary.deleted = len(set(old) - set(versions))
         fresh: dict[str, IndexedDocument] = {}
         batches = [todo[i : i + self.files_per_batch] for i in range(0, len(todo), self.files_per_batch)]

@@ -59,9 +59,10 @@ class TestKnowledgeIndexer:
         assert next(d for d in index.documents if d.doc_id == "alerts-disk").entities == ["node_exporter"]
 
     def test_bm25_runs_in_milvus_where_it_can_and_follows_re_indexing(self, indexer, tiny_kb):
-        indexer.index(tiny_kb, progress=False)
+        summary = indexer.index(tiny_kb, progress=False)
         store = indexer.writer.store
         assert store.full_text_fields() == (("lexical", "sparse") if self.full_text else None)
+        assert summary.bm25 == ("milvus" if self.full_text else "in-process")
         path = tiny_kb / "alerts/disk.md"
         path.write_text(path.read_text().replace("seven days", "three days, and page the storage team"))
         indexer.index(tiny_kb, progress=False)
