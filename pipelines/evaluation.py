@@ -40,6 +40,7 @@ class EvalQuery:
     query: str
     expected: list[str]
     gold_categories: list[str]
+    type: str = ""
 
 
 def load_eval_set(path: str | Path) -> list[EvalQuery]:
@@ -62,6 +63,7 @@ def load_eval_set(path: str | Path) -> list[EvalQuery]:
                     query=str(row["query"]),
                     expected=[str(d) for d in row.get("expected_doc_ids") or []],
                     gold_categories=[str(c) for c in row.get("gold_categories") or []],
+                    type=str(row.get("type") or ""),
                 )
             )
         except (ValueError, KeyError, TypeError) as err:
@@ -222,6 +224,33 @@ def evaluate(
         "index": summary.as_dict(),
         "configs": configs,
         "l0": _l0_stats(judged, l0_log, rankings["pipeline"]),
+        "by_type": scores_by_type(judged, rankings),
+    }
+
+
+def scores_by_type(judged: list[EvalQuery], rankings: dict[str, list[list[str]]]) -> dict[str, Any]:
+    """
+    Break nDCG@10 down by query type, for sets whose queries carry a `type`.
+
+    :param judged: The judged queries.
+    :param rankings: Ranked document ids per config, aligned with `judged`.
+    :returns: `{type: {"queries": n, "ndcg@10": {config: value}}}`; untyped queries are in no group.
+    """
+    groups: dict[str, list[int]] = {}
+    for i, query in enumerate(judged):
+        if query.type:
+            groups.setdefault(query.type, []).append(i)
+    return {
+        kind: {
+            "queries": len(picked),
+            "ndcg@10": {
+                name: round(
+                    score_rankings([ranked[i] for i in picked], [judged[i].expected for i in picked])["ndcg@10"], 4
+                )
+                for name, ranked in rankings.items()
+            },
+        }
+        for kind, picked in sorted(groups.items())
     }
 
 
@@ -263,6 +292,9 @@ def format_table(report: dict[str, Any]) -> str:
     lines.append(
         f"L0: filter_rate {l0['filter_rate']:.3f}, filter_precision {precision}, retry_rate {l0['retry_rate']:.3f}"
     )
+    for kind, group in report.get("by_type", {}).items():
+        scores = ", ".join(f"{name} {value:.3f}" for name, value in group["ndcg@10"].items())
+        lines.append(f"  nDCG@10 on {kind} ({group['queries']} queries): {scores}")
     return "\n".join(lines)
 
 

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from pipelines.cli import main
-from pipelines.evaluation import document_ranking, evaluate, load_eval_set, score_rankings
+from pipelines.evaluation import EvalQuery, document_ranking, evaluate, load_eval_set, score_rankings, scores_by_type
 
 EVAL_LINES = [
     {
@@ -14,12 +14,14 @@ EVAL_LINES = [
         "query": "disk usage above 90 percent on a node",
         "expected_doc_ids": ["alerts-disk"],
         "gold_categories": ["alerts"],
+        "type": "English",
     },
     {
         "qid": "q2",
         "query": "退款多久原路退回",
         "expected_doc_ids": ["payments-refund"],
         "gold_categories": ["payments"],
+        "type": "Chinese",
     },
     {
         "qid": "q3",
@@ -47,6 +49,20 @@ class TestScoreRankings:
         assert score_rankings(ranking, [["d11"]])["recall@10"] == 0.0
         assert score_rankings(ranking, [["d11"]])["mrr@10"] == 0.0
 
+    def test_per_type_breakdown(self):
+        judged = [
+            EvalQuery("q1", "a", ["a"], [], type="single"),
+            EvalQuery("q2", "b", ["b"], [], type="multi"),
+            EvalQuery("q3", "c", ["c"], [], type="single"),
+            EvalQuery("q4", "d", ["d"], []),  # untyped: in no group
+        ]
+        rankings = {"pipeline": [["a"], ["x", "b"], ["x"], ["d"]], "dense": [["x"], ["b"], ["c"], ["d"]]}
+        assert scores_by_type(judged, rankings) == {
+            "multi": {"queries": 1, "ndcg@10": {"pipeline": round(1 / math.log2(3), 4), "dense": 1.0}},
+            "single": {"queries": 2, "ndcg@10": {"pipeline": 0.5, "dense": 0.5}},
+        }
+        assert scores_by_type(judged[3:], {"pipeline": [["d"]]}) == {}
+
     def test_document_ranking_counts_the_best_chunk(self):
         assert document_ranking(["a", "a", "b", "a", "c"]) == ["a", "b", "c"]
         assert document_ranking([f"d{i}" for i in range(20)], cutoff=3) == ["d0", "d1", "d2"]
@@ -59,6 +75,7 @@ class TestLoadEvalSet:
         queries = load_eval_set(path)
         assert [q.qid for q in queries] == ["q1", "q2", "q3", "q4"]
         assert queries[3].expected == [] and queries[1].gold_categories == ["payments"]
+        assert [q.type for q in queries] == ["English", "Chinese", "", ""]
 
     def test_malformed_line_names_the_line(self, tmp_path):
         path = tmp_path / "eval.jsonl"
@@ -89,6 +106,9 @@ class TestEvaluate:
         assert report["configs"]["dense"]["recall@10"] == 1.0  # three documents: every one is in the top 10
         assert set(report["l0"]) >= {"filter_rate", "filter_precision", "retry_rate"}
         assert report["index"]["indexed"] == 3
+        assert set(report["by_type"]) == {"English", "Chinese"}
+        assert report["by_type"]["Chinese"]["queries"] == 1
+        assert set(report["by_type"]["Chinese"]["ndcg@10"]) == set(report["configs"])
         again = evaluate(dataset, data_dir=data, progress=False)
         assert again["index"]["indexed"] == 0 and again["index"]["skipped"] == 3
 
@@ -110,6 +130,7 @@ class TestEvaluate:
         assert code == 0
         table = capsys.readouterr().out
         assert "ndcg@10" in table and "bm25" in table and "dense" in table and "pipeline" in table
+        assert "nDCG@10 on Chinese (1 queries): pipeline" in table
         report = json.loads(out_json.read_text())
         assert {"dataset", "queries", "judged", "configs", "l0"} <= set(report)
         assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
