@@ -70,6 +70,21 @@ def write_tiny_kb(root: Path) -> Path:
     return root
 
 
+def index_tiny_kb(root: Path) -> Path:
+    """Write the tiny knowledge base under `root` and index it into Milvus Lite in `root/data`; return that folder."""
+    # imported here, not at the top, so that Haystack is first imported after telemetry is switched off above
+    from pipelines.indexing import KnowledgeIndexer
+    from pipelines.settings import Deployment
+
+    indexer = KnowledgeIndexer(Deployment.resolve(root / "data"))
+    try:
+        summary = indexer.index(write_tiny_kb(root / "knowledge"), progress=False)
+    finally:
+        indexer.close()
+    assert summary.indexed == 3 and summary.failed == 0
+    return root / "data"
+
+
 @pytest.fixture
 def tiny_kb(tmp_path: Path) -> Path:
     return write_tiny_kb(tmp_path / "knowledge")

@@ -18,9 +18,7 @@ from components.filtered_retry_retriever import (
 )
 from components.knowledge_index import KnowledgeIndex
 from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore
-from pipelines.indexing import KnowledgeIndexer
-from pipelines.settings import Deployment
-from tests.conftest import write_tiny_kb
+from tests.conftest import index_tiny_kb
 
 DISK_QUESTION = "the disk on a node is full, what should I do"
 INJECTION = 'alerts" or metadata["category"] != "x'
@@ -34,15 +32,7 @@ def embed(query: str) -> list[float]:
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
     """The tiny knowledge base indexed once into Milvus Lite for the whole module."""
-    root = tmp_path_factory.mktemp("retriever")
-    kb = write_tiny_kb(root / "knowledge")
-    indexer = KnowledgeIndexer(Deployment.resolve(root / "data"))
-    try:
-        summary = indexer.index(kb, progress=False)
-    finally:
-        indexer.close()
-    assert summary.indexed == 3 and summary.failed == 0
-    return root / "data"
+    return index_tiny_kb(tmp_path_factory.mktemp("retriever"))
 
 
 @pytest.fixture(scope="module")

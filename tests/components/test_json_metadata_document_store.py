@@ -10,9 +10,7 @@ from milvus_haystack import MilvusEmbeddingRetriever
 from components.embedding_backends import get_backend
 from components.json_metadata_document_store import JsonMetadataMilvusDocumentStore, json_filter_expression
 from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore
-from pipelines.indexing import KnowledgeIndexer
-from pipelines.settings import Deployment
-from tests.conftest import write_tiny_kb
+from tests.conftest import index_tiny_kb
 
 SCHEMA = CollectionSchema()
 L2_INDEX = {"metric_type": "L2", "index_type": "AUTOINDEX", "params": {}}
@@ -47,11 +45,7 @@ def unit(i: int, dim: int = 4) -> list[float]:
 def data_dir(tmp_path_factory) -> Path:
     """The tiny knowledge base indexed once, plus a small collection whose categories contain quotes."""
     root = tmp_path_factory.mktemp("json-store")
-    indexer = KnowledgeIndexer(Deployment.resolve(root / "data"))
-    try:
-        assert indexer.index(write_tiny_kb(root / "knowledge"), progress=False).indexed == 3
-    finally:
-        indexer.close()
+    index_tiny_kb(root)
     store = MilvusChunkStore(str(root / "data" / "milvus.db"), CollectionSchema(TRICKY_COLLECTION, dimension=4))
     try:
         store.ensure_collection()

@@ -7,20 +7,12 @@ import pytest
 from haystack.core.serialization import component_from_dict, component_to_dict
 
 from components.sidecar_retriever import SidecarRetriever
-from pipelines.indexing import KnowledgeIndexer
-from pipelines.settings import Deployment
-from tests.conftest import write_tiny_kb
+from tests.conftest import index_tiny_kb
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("sidecar")
-    indexer = KnowledgeIndexer(Deployment.resolve(root / "data"))
-    try:
-        assert indexer.index(write_tiny_kb(root / "knowledge"), progress=False).failed == 0
-    finally:
-        indexer.close()
-    return root / "data"
+    return index_tiny_kb(tmp_path_factory.mktemp("sidecar"))
 
 
 @pytest.fixture
