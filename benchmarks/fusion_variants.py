@@ -1,0 +1,122 @@
+"""Compare ways of fusing dense similarity and BM25, offline, on an indexed eval dataset (exact search, all chunks).
+
+Usage: python benchmarks/fusion_variants.py DATASET_DIR --data-dir D [--weights 0.02,0.04]
+
+Reads every active chunk (vector, text, document) of the collection that `lookup-knowledge eval` built in D, embeds
+the dataset's judged queries, scores every chunk densely and with BM25 (the project's terms, in-process), and prints
+document-level nDCG@10 (Haystack's evaluator, best chunk per document) for each fusion variant and weight. Used for
+the "fusion variants" record in docs/decisions.md: tune on one set, confirm on another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from components.bm25_index import tokenize
+from components.embedding_backends import get_backend
+from components.knowledge_index import KnowledgeIndex
+from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore
+from pipelines.evaluation import document_ranking, load_eval_set, score_rankings
+from pipelines.settings import Deployment
+
+Fusion = Callable[[np.ndarray, np.ndarray, np.ndarray, float], np.ndarray]
+
+
+def _best_normalized(dense: np.ndarray, bm25: np.ndarray, ideal: np.ndarray, w: float) -> np.ndarray:
+    best = bm25.max(axis=1, keepdims=True)
+    return dense + w * bm25 / np.where(best > 0, best, 1)  # the shipped formula
+
+
+def _ideal_normalized(dense: np.ndarray, bm25: np.ndarray, ideal: np.ndarray, w: float) -> np.ndarray:
+    return dense + w * bm25 / ideal
+
+
+def _zscore(dense: np.ndarray, bm25: np.ndarray, ideal: np.ndarray, w: float) -> np.ndarray:
+    def z(m: np.ndarray) -> np.ndarray:
+        return (m - m.mean(axis=1, keepdims=True)) / (m.std(axis=1, keepdims=True) + 1e-9)
+
+    return (1 - w) * z(dense) + w * z(bm25)
+
+
+def _rrf(dense: np.ndarray, bm25: np.ndarray, ideal: np.ndarray, w: float) -> np.ndarray:
+    def ranks(m: np.ndarray) -> np.ndarray:
+        return np.argsort(np.argsort(-m, axis=1), axis=1)
+
+    return 1 / (w + 1 + ranks(dense)) + 1 / (w + 1 + ranks(bm25))
+
+
+VARIANTS: dict[str, Fusion] = {
+    "best_normalized": _best_normalized,
+    "ideal_normalized": _ideal_normalized,
+    "zscore": _zscore,
+    "rrf": _rrf,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dataset")
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--weights", default="0.02,0.04,0.3,0.4", help="weights (k for rrf) tried per variant")
+    args = parser.parse_args()
+    deployment = Deployment.resolve(args.data_dir)
+    active = KnowledgeIndex.load(deployment.index_path).active_versions()
+    store = MilvusChunkStore(deployment.milvus_uri, CollectionSchema())
+    rows = [
+        r
+        for r in store.get_rows([r["id"] for r in store.scan_metadata()])
+        if active.get(r["metadata"].get("source", "")) == r["metadata"].get("doc_version")
+    ]
+    store.close()
+    queries = [q for q in load_eval_set(Path(args.dataset) / "eval.jsonl") if q.expected]
+    vectors = np.asarray([r["vector"] for r in rows], dtype=np.float32)
+    embedded = get_backend("multilingual-e5-small").embed_queries([q.query for q in queries])
+    dense = (1 + np.asarray(embedded, dtype=np.float32) @ vectors.T) / 2
+    bm25, ideal = _bm25([r["content"] for r in rows], [q.query for q in queries])
+    docs = [r["metadata"].get("doc_id", r["id"]) for r in rows]
+    gold = [q.expected for q in queries]
+
+    def ndcg(scores: np.ndarray) -> float:
+        rankings = [document_ranking([docs[j] for j in np.argsort(-row)[:200]]) for row in scores]
+        return score_rankings(rankings, gold)["ndcg@10"]
+
+    print(f"{Path(args.dataset).name}: {len(queries)} judged queries, {len(rows)} chunks")
+    print(f"dense {ndcg(dense):.4f}   bm25 {ndcg(bm25):.4f}")
+    for name, fuse in VARIANTS.items():
+        cells = [f"{w:g}: {ndcg(fuse(dense, bm25, ideal, w)):.4f}" for w in map(float, args.weights.split(","))]
+        print(f"{name:<18}" + "   ".join(cells), flush=True)
+
+
+def _bm25(texts: list[str], queries: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """BM25 of every chunk for every query, and each query's largest possible score (sum of idf x (k1 + 1))."""
+    import bm25s
+
+    k1 = 1.5
+    model = bm25s.BM25(k1=k1, b=0.75)
+    corpus = [tokenize(t) or ["\x00"] for t in texts]
+    model.index(corpus, show_progress=False)
+    df: dict[str, int] = {}
+    for terms in corpus:
+        for term in set(terms):
+            df[term] = df.get(term, 0) + 1
+    n = len(texts)
+    scores = np.zeros((len(queries), n), dtype=np.float32)
+    ideal = np.ones((len(queries), 1), dtype=np.float32)
+    for i, query in enumerate(queries):
+        terms = tokenize(query)
+        if terms:
+            scores[i] = model.get_scores(terms)
+            idf = sum(np.log(1 + (n - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5)) for t in set(terms))
+            ideal[i] = max(float(idf) * (k1 + 1), 1e-9)
+    return scores, ideal
+
+
+if __name__ == "__main__":
+    main()
