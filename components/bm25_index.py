@@ -15,8 +15,9 @@ import bm25s
 import numpy as np
 import Stemmer
 
-_TOKEN = re.compile(r"[a-z0-9]+|[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
-_CJK_START = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+from components.text_matching import CJK
+
+_TOKEN = re.compile(rf"[a-z0-9]+|{CJK.pattern}+")
 _STOP = frozenset(
     [
         "a",
@@ -93,13 +94,13 @@ def tokenize(text: str) -> list[str]:
     """
     words: list[str] = []
     for run in _TOKEN.findall(text.casefold()):
-        if _CJK_START.match(run):
+        if CJK.match(run):
             words.extend(run[i : i + 2] for i in range(max(1, len(run) - 1)))
         elif run not in _STOP:
             words.append(run)
-    latin = [w for w in words if not _CJK_START.match(w)]
+    latin = [w for w in words if not CJK.match(w)]
     stems = iter(_STEMMER.stemWords(latin))
-    return [next(stems) if not _CJK_START.match(w) else w for w in words]
+    return [next(stems) if not CJK.match(w) else w for w in words]
 
 
 class Bm25ChunkIndex:

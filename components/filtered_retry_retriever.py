@@ -48,8 +48,14 @@ def raw_from_normalized(similarity: float, metric_type: str) -> float:
     return 4 * (1 - similarity) if metric_type == "L2" else 2 * similarity - 1
 
 
-def _similarity(doc: Document) -> float:
-    return float(doc.meta.get("similarity", doc.score or 0.0))
+def similarity_of(doc: Document) -> float:
+    """
+    Return a candidate's normalized similarity, whatever was added to its score since (BM25 bonus, rule boosts).
+
+    :param doc: A candidate from this retriever, or a reranked one.
+    :returns: `meta.similarity`, else the reranker's `meta.base_score`, else the score.
+    """
+    return float(doc.meta.get("similarity", doc.meta.get("base_score", doc.score or 0.0)))
 
 
 def evidence_key(meta: dict[str, Any], fallback: str) -> str:
@@ -422,7 +428,7 @@ class FilteredRetryRetriever:
                 hits = self._with_lexical(hits, vector, query, category, top_k, attempt)
             attempt["raw_hits"] = len(hits)
             active, attempt["stale_dropped"] = self.drop_superseded(hits)
-            usable = [d for d in active if _similarity(d) >= self.evidence_threshold]
+            usable = [d for d in active if similarity_of(d) >= self.evidence_threshold]
             attempt["below_threshold_dropped"] = len(active) - len(usable)
             docs = [
                 replace(d, meta={**d.meta, "attempt": name, "evidence_key": evidence_key(d.meta, d.id)})
@@ -434,7 +440,7 @@ class FilteredRetryRetriever:
             logger.warning("L1 attempt {attempt} failed: {error}", attempt=name, error=err)
         attempt["latency_ms"] = round((time.perf_counter() - started) * 1000, 2)
         attempt["candidate_count"] = len(docs)
-        attempt["top_score"] = round(max(_similarity(d) for d in docs), 4) if docs else None
+        attempt["top_score"] = round(max(similarity_of(d) for d in docs), 4) if docs else None
         return docs, attempt
 
     @component.output_types(candidates=list[Document], retrieval_trace=dict[str, Any])

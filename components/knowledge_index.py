@@ -14,6 +14,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from components.text_matching import mentions_folded
+
 
 class IndexedDocument(BaseModel):
     """One indexed knowledge document."""
@@ -118,8 +120,6 @@ def term_category_counts(documents: list[IndexedDocument], bodies: dict[str, str
     :param bodies: Markdown body per source (documents without a body count their fields only).
     :returns: `{term: {category: documents}}`.
     """
-    from components.text_matching import mentions_folded
-
     folded = {doc.source: bodies.get(doc.source, "").casefold() for doc in documents}
     own = {doc.source: hint_terms(doc) for doc in documents}
     terms = set().union(*own.values()) if own else set()

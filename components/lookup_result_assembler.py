@@ -4,6 +4,7 @@ from typing import Any
 
 from haystack import Document, component
 
+from components.filtered_retry_retriever import similarity_of
 from components.lookup_result import EvidenceBlock, LookupResult
 
 NO_EVIDENCE_MESSAGE = (
@@ -20,10 +21,6 @@ def _layer(doc: Document) -> str:
     return "L0+L1" if doc.meta.get("boosts") or doc.meta.get("attempt") == "filtered" else "L1"
 
 
-def _similarity(doc: Document) -> float:
-    return float(doc.meta.get("similarity", doc.meta.get("base_score", doc.score or 0.0)))
-
-
 def _score_label(doc: Document) -> str:
     meta = doc.meta
     base = float(meta.get("base_score", doc.score or 0.0))
@@ -31,7 +28,7 @@ def _score_label(doc: Document) -> str:
     raw = meta.get("raw_score")
     raw_text = f"{meta.get('score_semantics', 'raw')} {raw:.4f}" if isinstance(raw, int | float) else "raw n/a"
     return (
-        f"final {doc.score or 0.0:.4f} = normalized similarity {_similarity(doc):.4f} ({raw_text} via "
+        f"final {doc.score or 0.0:.4f} = normalized similarity {similarity_of(doc):.4f} ({raw_text} via "
         f"{meta.get('retrieval_path', '?')} path) + lexical {float(meta.get('lexical_score', 0.0)):.4f} "
         f"+ rule boosts {boost:.4f}"
     )
@@ -97,7 +94,7 @@ class LookupResultAssembler:
     def _relevance(self, blocks: list[Document], reference: float) -> str:
         if not blocks:
             return "none"
-        best = max(_similarity(d) for d in blocks)
+        best = max(similarity_of(d) for d in blocks)
         if best >= self.high_relevance_threshold:
             return "high"
         return "medium" if best >= reference else "low"

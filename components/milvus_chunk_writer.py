@@ -112,6 +112,11 @@ class MilvusChunkWriter:
         self.store.ensure_collection()
         self._full_text = self.store.full_text_fields()
 
+    @property
+    def full_text_fields(self) -> tuple[str, str] | None:
+        """`(lexical_field, sparse_field)` of the collection's BM25 function as of `warm_up`, or None without one."""
+        return self._full_text
+
     def close(self) -> None:
         """Release the connection."""
         if self._store is not None:

@@ -15,10 +15,6 @@ logger = logging.getLogger(__name__)
 RETRIEVERS = ("bm25", "dense")
 
 
-def _off() -> dict[str, Any]:
-    return {"enabled": False, "status": "off"}
-
-
 @component
 class SidecarRetriever:
     """
@@ -200,7 +196,7 @@ class SidecarRetriever:
             `off`, `ok`, `skipped` (a rejected query), `failed` or `timeout`.
         """
         if not self.enabled:
-            return {"sidecar": _off()}
+            return {"sidecar": {"enabled": False, "status": "off"}}
         report: dict[str, Any] = {"enabled": True, "retriever": self.retriever, "collection": self.collection_name}
         if not (query or "").strip():
             return {"sidecar": {**report, "status": "skipped", "rows": [], "comparison": None, "error": None}}

@@ -16,15 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
 from haystack import Pipeline
 from milvus_haystack import MilvusDocumentStore, MilvusEmbeddingRetriever
 
 from components.offline_text_embedder import OfflineTextEmbedder
 from pipelines import load_pipeline, lookup
 from pipelines.indexing import KnowledgeIndexer
-from pipelines.loading import apply_overrides
-from pipelines.settings import ALLOWED_MODULES, DEFAULT_LOOKUP_PIPELINE, REPO_ROOT, Deployment
+from pipelines.settings import REPO_ROOT, Deployment
 
 
 def _bare_pipeline(deployment: Deployment, collection: str, model: str, top_k: int) -> Pipeline:
@@ -40,16 +38,6 @@ def _bare_pipeline(deployment: Deployment, collection: str, model: str, top_k: i
     bare.connect("embedder.embedding", "retriever.query_embedding")
     bare.warm_up()
     return bare
-
-
-def _without_sidecar(deployment: Deployment) -> Pipeline:
-    """The shipped pipeline with its (switched off) sidecar component and connections removed."""
-    data = apply_overrides(yaml.safe_load(DEFAULT_LOOKUP_PIPELINE.read_text(encoding="utf-8")), deployment)
-    data["components"].pop("sidecar")
-    data["connections"] = [c for c in data["connections"] if "sidecar." not in c["sender"] + c["receiver"]]
-    pipeline = Pipeline.from_dict(data, allowed_modules=list(ALLOWED_MODULES))
-    pipeline.warm_up()
-    return pipeline
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -83,7 +71,8 @@ def run_bench(
         milvus_uri=deployment.milvus_uri,
         component_params={"retriever": {"lexical_source": "local"}},
     )
-    without_sidecar = _without_sidecar(deployment)
+    without_sidecar = load_pipeline(data_dir=deployment.data_dir, milvus_uri=deployment.milvus_uri)
+    without_sidecar.remove_component("sidecar")  # and its connections: the switched-off sidecar's whole cost
     top_k = int(getattr(full.get_component("retriever"), "top_k", 10))
     bare = _bare_pipeline(deployment, collection, model, top_k)
     runners: dict[str, Callable[[str], object]] = {

@@ -206,7 +206,7 @@ class KnowledgeIndexer:
             if (entry := old.get(source)) is None or entry.doc_version != versions[source]
         ]
         summary = IndexSummary(files=len(files), skipped=len(files) - len(todo))
-        summary.bm25 = "milvus" if self.writer.store.full_text_fields() else "in-process"
+        summary.bm25 = "milvus" if self.writer.full_text_fields else "in-process"
         summary.deleted = len(set(old) - set(versions))
         fresh: dict[str, IndexedDocument] = {}
         batches = [todo[i : i + self.files_per_batch] for i in range(0, len(todo), self.files_per_batch)]
