@@ -42,10 +42,12 @@ _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DELETE_BATCH = 500
 _LEXICAL_MAX_BYTES = 65535
 # The terms are made by `components.bm25_index.tokenize` (English stems, Chinese character bigrams) and joined by
-# spaces, so Milvus only has to split on whitespace: its built-in analyzers alone measured worse (jieba: nDCG@10
-# 0.685 vs 0.728 on gitlab_handbook; `standard` cannot split Chinese).
+# spaces, so Milvus only has to split on whitespace: its built-in analyzers alone measured worse
+# (benchmarks/milvus_analyzers.py: jieba nDCG@10 0.685 vs 0.728 on gitlab_handbook; `standard` cannot split Chinese).
 _LEXICAL_ANALYZER = {"tokenizer": "standard"}
-_BM25_PARAMS = {"bm25_k1": 1.5, "bm25_b": 0.75}  # as the in-process fallback (bm25s), so both rank alike
+# as the in-process fallback (bm25s), so both rank alike. Milvus Lite 3.2.2 ignores these index parameters, but its
+# own BM25 was measured to rank exactly like k1 1.5 / b 0.75 (and unlike k1 1.2), so the two agree there as well.
+_BM25_PARAMS = {"bm25_k1": 1.5, "bm25_b": 0.75}
 
 
 def string_literal(value: str) -> str:
