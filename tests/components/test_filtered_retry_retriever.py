@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 
 from components.embedding_backends import get_backend
@@ -18,6 +19,7 @@ from components.filtered_retry_retriever import (
 )
 from components.knowledge_index import KnowledgeIndex
 from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore
+from components.milvus_chunk_writer import MilvusChunkWriter
 from tests.conftest import index_tiny_kb
 
 DISK_QUESTION = "the disk on a node is full, what should I do"
@@ -577,6 +579,36 @@ class TestFilteredRetryRetriever:
         assert [s / in_milvus[0][1] for _, s in in_milvus] == pytest.approx(
             [s / in_process[0][1] for _, s in in_process], rel=0.02
         )
+
+    @pytest.mark.integration
+    def test_milvus_and_in_process_bm25_agree_on_length_normalization(self, make_retriever, data_dir):
+        """Chunks of very different lengths: the two paths only agree if k1 and b are the same on both."""
+        filler = " ".join(f"filler{i}" for i in range(120))
+        texts = ["zebra crossing", f"zebra crossing {filler}", f"zebra zebra crossing {filler} {filler}"]
+        writer = MilvusChunkWriter(uri=str(data_dir / "milvus.db"), collection_name="lengths")
+        try:
+            writer.store.drop()
+            writer.run(
+                documents=[
+                    Document(
+                        id=f"lengths/{i}.md@v1#0",
+                        content=text,
+                        embedding=[1.0] + [0.0] * 383,
+                        meta={"source": f"lengths/{i}.md", "chunk_index": 0},
+                    )
+                    for i, text in enumerate(texts)
+                ]
+            )
+            writer.store.flush()
+        finally:
+            writer.close()
+        ratios = {}
+        for source in ("milvus", "local"):
+            pairs, _ = make_retriever(collection_name="lengths", lexical_source=source).lexical_search("zebra", top_k=3)
+            ratios[source] = {cid: score / pairs[0][1] for cid, score in pairs}
+        assert set(ratios["milvus"]) == set(ratios["local"]) == {f"lengths/{i}.md@v1#0" for i in range(3)}
+        assert ratios["milvus"] == pytest.approx(ratios["local"], rel=0.02)
+        assert min(ratios["local"].values()) < 0.8  # length normalization really separates them
 
     @pytest.mark.integration
     def test_milvus_bm25_respects_the_category_filter(self, make_retriever):

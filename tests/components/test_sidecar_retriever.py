@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from haystack.core.serialization import component_from_dict, component_to_dict
 
+from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore, lexical_text
 from components.sidecar_retriever import SidecarRetriever
 from tests.conftest import index_tiny_kb
 
@@ -121,6 +122,36 @@ class TestSidecarRetriever:
         assert report["comparison"]["only_in_main"] == ["faq/plans.md#0"]
         assert report["comparison"]["main_count"] == 2  # repeated keys count once
         assert main == ["payments/refund.md#1", "faq/plans.md#0", "payments/refund.md#1"]
+
+    @pytest.mark.integration
+    def test_bm25_rows_skip_superseded_chunk_versions(self, tmp_path):
+        data = index_tiny_kb(tmp_path)
+        store = MilvusChunkStore(str(data / "milvus.db"), CollectionSchema())
+        try:
+            store.insert(
+                [
+                    {
+                        "id": "alerts/disk.md@old#9",
+                        "content": "zebra stripes, an older version of the runbook",
+                        "vector": [1.0] + [0.0] * 383,
+                        "metadata": {"source": "alerts/disk.md", "doc_version": "old", "chunk_index": 9},
+                        "lexical": lexical_text("zebra stripes, an older version of the runbook"),
+                    }
+                ]
+            )
+            store.flush()
+            assert store.full_text_search(lexical_text("zebra stripes"), "sparse", top_k=3)  # it is there
+        finally:
+            store.close()
+        sidecar = SidecarRetriever(
+            enabled=True, uri=str(data / "milvus.db"), index_path=str(data / "knowledge_index.json")
+        )
+        try:
+            report = sidecar.run(query="zebra stripes")["sidecar"]
+        finally:
+            sidecar.close()
+        assert report["status"] == "ok"
+        assert "alerts/disk.md#9" not in [r["evidence_key"] for r in report["rows"]]
 
     @pytest.mark.integration
     def test_dense_rows_carry_normalized_similarity(self, make_sidecar):
