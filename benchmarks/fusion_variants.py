@@ -14,6 +14,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from components.bm25_index import tokenize
 from components.embedding_backends import get_backend
 from components.knowledge_index import KnowledgeIndex
 from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore
-from pipelines.evaluation import document_ranking, load_eval_set, score_rankings
+from pipelines.evaluation import EvalQuery, document_ranking, load_eval_set, score_rankings
 from pipelines.settings import Deployment
 
 Fusion = Callable[[np.ndarray, np.ndarray, np.ndarray, float], np.ndarray]
@@ -60,22 +61,35 @@ VARIANTS: dict[str, Fusion] = {
 }
 
 
+def load_dataset(dataset: str, data_dir: str) -> tuple[list[dict[str, Any]], list[EvalQuery]]:
+    """
+    Read the active chunks of an indexed eval dataset and its judged queries.
+
+    :param dataset: The dataset folder (with `eval.jsonl`).
+    :param data_dir: Where `lookup-knowledge eval` indexed it.
+    :returns: `{id, content, metadata, vector}` per active chunk, and the judged queries.
+    """
+    deployment = Deployment.resolve(data_dir)
+    active = KnowledgeIndex.load(deployment.index_path).active_versions()
+    store = MilvusChunkStore(deployment.milvus_uri, CollectionSchema())
+    try:
+        rows = [
+            r
+            for r in store.get_rows([r["id"] for r in store.scan_metadata()])
+            if active.get(r["metadata"].get("source", "")) == r["metadata"].get("doc_version")
+        ]
+    finally:
+        store.close()
+    return rows, [q for q in load_eval_set(Path(dataset) / "eval.jsonl") if q.expected]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dataset")
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--weights", default="0.02,0.04,0.3,0.4", help="weights (k for rrf) tried per variant")
     args = parser.parse_args()
-    deployment = Deployment.resolve(args.data_dir)
-    active = KnowledgeIndex.load(deployment.index_path).active_versions()
-    store = MilvusChunkStore(deployment.milvus_uri, CollectionSchema())
-    rows = [
-        r
-        for r in store.get_rows([r["id"] for r in store.scan_metadata()])
-        if active.get(r["metadata"].get("source", "")) == r["metadata"].get("doc_version")
-    ]
-    store.close()
-    queries = [q for q in load_eval_set(Path(args.dataset) / "eval.jsonl") if q.expected]
+    rows, queries = load_dataset(args.dataset, args.data_dir)
     vectors = np.asarray([r["vector"] for r in rows], dtype=np.float32)
     embedded = get_backend("multilingual-e5-small").embed_queries([q.query for q in queries])
     dense = (1 + np.asarray(embedded, dtype=np.float32) @ vectors.T) / 2
