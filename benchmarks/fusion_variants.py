@@ -20,7 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from components.bm25_index import tokenize
+from components.bm25_index import Bm25ChunkIndex, tokenize
 from components.embedding_backends import get_backend
 from components.knowledge_index import KnowledgeIndex
 from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore
@@ -32,11 +32,11 @@ Fusion = Callable[[np.ndarray, np.ndarray, np.ndarray, float], np.ndarray]
 
 def _best_normalized(dense: np.ndarray, bm25: np.ndarray, ideal: np.ndarray, w: float) -> np.ndarray:
     best = bm25.max(axis=1, keepdims=True)
-    return dense + w * bm25 / np.where(best > 0, best, 1)  # the shipped formula
+    return dense + w * bm25 / np.where(best > 0, best, 1)
 
 
 def _ideal_normalized(dense: np.ndarray, bm25: np.ndarray, ideal: np.ndarray, w: float) -> np.ndarray:
-    return dense + w * bm25 / ideal
+    return dense + w * bm25 / ideal  # the shipped formula (`lexical_normalization: ideal`)
 
 
 def _zscore(dense: np.ndarray, bm25: np.ndarray, ideal: np.ndarray, w: float) -> np.ndarray:
@@ -87,7 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dataset")
     parser.add_argument("--data-dir", required=True)
-    parser.add_argument("--weights", default="0.02,0.04,0.3,0.4", help="weights (k for rrf) tried per variant")
+    parser.add_argument("--weights", default="0.02,0.04,0.15,0.2", help="weights (k for rrf) tried per variant")
     args = parser.parse_args()
     rows, queries = load_dataset(args.dataset, args.data_dir)
     vectors = np.asarray([r["vector"] for r in rows], dtype=np.float32)
@@ -109,26 +109,14 @@ def main() -> None:
 
 
 def _bm25(texts: list[str], queries: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """BM25 of every chunk for every query, and each query's largest possible score (sum of idf x (k1 + 1))."""
-    import bm25s
-
-    k1 = 1.5
-    model = bm25s.BM25(k1=k1, b=0.75)
-    corpus = [tokenize(t) or ["\x00"] for t in texts]
-    model.index(corpus, show_progress=False)
-    df: dict[str, int] = {}
-    for terms in corpus:
-        for term in set(terms):
-            df[term] = df.get(term, 0) + 1
-    n = len(texts)
-    scores = np.zeros((len(queries), n), dtype=np.float32)
+    """BM25 of every chunk for every query (Milvus' scale), and each query's largest possible score."""
+    index = Bm25ChunkIndex([str(i) for i in range(len(texts))], texts)
+    scores = np.zeros((len(queries), len(texts)), dtype=np.float32)
     ideal = np.ones((len(queries), 1), dtype=np.float32)
     for i, query in enumerate(queries):
-        terms = tokenize(query)
-        if terms:
-            scores[i] = model.get_scores(terms)
-            idf = sum(np.log(1 + (n - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5)) for t in set(terms))
-            ideal[i] = max(float(idf) * (k1 + 1), 1e-9)
+        for chunk, score in index.search(query, top_k=len(texts)):
+            scores[i, int(chunk)] = score
+        ideal[i] = index.statistics.ideal_score(tokenize(query)) or 1.0
     return scores, ideal
 
 

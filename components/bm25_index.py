@@ -8,8 +8,10 @@ Milvus without full-text search.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 
 import bm25s
 import numpy as np
@@ -83,6 +85,9 @@ _STOP = frozenset(
     ]
 )
 _STEMMER = Stemmer.Stemmer("english")
+# Milvus' BM25 parameters (Milvus Lite applies these whatever the index says); the in-process index uses the same
+K1 = 1.5
+B = 0.75
 
 
 def tokenize(text: str) -> list[str]:
@@ -101,6 +106,55 @@ def tokenize(text: str) -> list[str]:
     latin = [w for w in words if not CJK.match(w)]
     stems = iter(_STEMMER.stemWords(latin))
     return [next(stems) if not CJK.match(w) else w for w in words]
+
+
+class TermStatistics:
+    """
+    Document frequencies of BM25 terms over a set of chunks, and the largest BM25 score a query can reach there.
+
+    A chunk's BM25 score divided by the query's `ideal_score` says how much of the query it matches (0 to 1), on
+    the same scale for every query, which the best hit's score does not: a query whose best hit matches one rare
+    word out of ten gets a small lexical bonus instead of a full one. IDF is Milvus' (and bm25s'):
+    `log(1 + (N - df + 0.5) / (df + 0.5))`; a term no chunk has gets the IDF of df 0, so unmatched words lower the
+    ratio.
+
+    ### Usage example
+
+    ```python
+    stats = TermStatistics(tokenize(t) for t in ["disk full on /var", "disk quota"])
+    print(stats.ideal_score(tokenize("disk full")))  # (idf(disk) + idf(full)) * (K1 + 1)
+    ```
+    """
+
+    def __init__(self, chunk_terms: Iterable[Sequence[str]]) -> None:
+        """
+        Count, for every term, the chunks that contain it.
+
+        :param chunk_terms: Each chunk's terms (`tokenize`).
+        """
+        self.chunks = 0
+        self.df: Counter[str] = Counter()
+        for terms in chunk_terms:
+            self.chunks += 1
+            self.df.update(set(terms))
+
+    def idf(self, term: str) -> float:
+        """
+        :param term: A BM25 term.
+        :returns: Its inverse document frequency.
+        """
+        df = self.df.get(term, 0)
+        return math.log(1 + (self.chunks - df + 0.5) / (df + 0.5))
+
+    def ideal_score(self, query_terms: Sequence[str]) -> float:
+        """
+        The BM25 score (Milvus' scale, which includes the factor k1 + 1) of a chunk matching every query term as
+        strongly as BM25 allows.
+
+        :param query_terms: The query's terms (`tokenize`).
+        :returns: The sum of the distinct terms' IDF times (k1 + 1); 0.0 without terms.
+        """
+        return sum(self.idf(t) for t in set(query_terms)) * (K1 + 1)
 
 
 class Bm25ChunkIndex:
@@ -127,9 +181,11 @@ class Bm25ChunkIndex:
             msg = f"ids ({len(ids)}) and texts ({len(texts)}) must have the same length"
             raise ValueError(msg)
         self.ids = list(ids)
-        self._bm25 = bm25s.BM25()
+        self._bm25 = bm25s.BM25(k1=K1, b=B)
+        corpus = [tokenize(t) or ["\x00"] for t in texts]
+        self.statistics = TermStatistics(corpus)
         if self.ids:
-            self._bm25.index([tokenize(t) or ["\x00"] for t in texts], show_progress=False)
+            self._bm25.index(corpus, show_progress=False)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -140,7 +196,8 @@ class Bm25ChunkIndex:
 
         :param query: Query text.
         :param top_k: Most results.
-        :returns: `(chunk_id, bm25_score)` pairs, best first, positive scores only.
+        :returns: `(chunk_id, bm25_score)` pairs, best first, positive scores only, on Milvus' scale (bm25s' score
+            times k1 + 1), so both BM25 paths give the same numbers.
         """
         terms = tokenize(query)
         if not self.ids or not terms:
@@ -148,5 +205,7 @@ class Bm25ChunkIndex:
         k = min(top_k, len(self.ids))
         docs, scores = self._bm25.retrieve([terms], k=k, show_progress=False)
         return [
-            (self.ids[int(i)], float(s)) for i, s in zip(docs[0], scores[0], strict=True) if s > 0 and np.isfinite(s)
+            (self.ids[int(i)], float(s) * (K1 + 1))
+            for i, s in zip(docs[0], scores[0], strict=True)
+            if s > 0 and np.isfinite(s)
         ]

@@ -8,7 +8,7 @@ import numpy as np
 from haystack import Document, component, logging
 from milvus_haystack import MilvusEmbeddingRetriever
 
-from components.bm25_index import Bm25ChunkIndex
+from components.bm25_index import Bm25ChunkIndex, TermStatistics, tokenize
 from components.json_metadata_document_store import JsonMetadataMilvusDocumentStore, json_filter_expression
 from components.knowledge_index import CachedKnowledgeIndex
 from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore, lexical_text, token_from_env
@@ -17,6 +17,7 @@ logger = logging.getLogger(__name__)
 
 MODES = ("haystack", "sdk", "auto")
 LEXICAL_SOURCES = ("auto", "milvus", "local")
+LEXICAL_NORMALIZATIONS = ("ideal", "best")
 NO_EVIDENCE = "filtered_vector_no_evidence"
 LOW_QUALITY = "filtered_vector_low_quality"
 SEMANTICS = {"L2": "l2_distance", "COSINE": "cosine_similarity", "IP": "inner_product"}
@@ -117,10 +118,12 @@ class FilteredRetryRetriever:
         category_key: str = "category",
         mode: str = "auto",
         top_k: int = 10,
+        search_depth: int | None = None,
         reference_threshold: float = 0.9,
         evidence_threshold: float = 0.0,
         lexical_weight: float = 0.0,
         lexical_source: str = "auto",
+        lexical_normalization: str = "ideal",
         enabled: bool = True,
         token_env_var: str | None = "MILVUS_TOKEN",  # noqa: S107 - a variable name, not a secret
     ) -> None:
@@ -138,14 +141,21 @@ class FilteredRetryRetriever:
         :param category_key: Metadata key the category filter applies to.
         :param mode: `haystack`, `sdk` or `auto`.
         :param top_k: Candidates per attempt.
+        :param search_depth: Dense and BM25 hits each attempt fuses before it keeps the best `top_k` (default and
+            at least `top_k`): a deeper fusion finds chunks that rank just outside `top_k` on either side, while the
+            components after the retriever still handle only `top_k` candidates.
         :param reference_threshold: Lowest top similarity at which a filtered attempt is good enough.
         :param evidence_threshold: Lowest similarity of a usable candidate.
         :param lexical_weight: Weight of BM25 in hybrid retrieval (0 turns it off): each candidate's score is its
-            normalized similarity plus `lexical_weight * bm25 / best_bm25`; chunks found only by BM25 join the
-            candidates with their similarity computed from their stored vectors.
+            normalized similarity plus `lexical_weight * bm25 / norm` (see `lexical_normalization`); chunks found
+            only by BM25 join the candidates with their similarity computed from their stored vectors.
         :param lexical_source: Where BM25 runs: `milvus` (the collection's BM25 full-text field), `local`
             (in-process over the collection's chunks, read once per index change) or `auto` (milvus when the
             collection has the field, local otherwise).
+        :param lexical_normalization: What BM25 is divided by: `ideal`, the largest score the query's terms can
+            reach in this collection (sum of their IDF times k1 + 1, from term statistics read once per index
+            change), so the bonus says how much of the query a chunk matches; or `best`, the best hit's score, so
+            the best lexical hit always gets the full `lexical_weight`.
         :param enabled: With False, L1 does not run and the trace says so.
         :param token_env_var: Environment variable holding a server token.
         :raises ValueError: If a parameter is out of range.
@@ -156,8 +166,17 @@ class FilteredRetryRetriever:
         if top_k < 1:
             msg = f"top_k={top_k!r} must be positive; use e.g. 10"
             raise ValueError(msg)
+        if search_depth is not None and search_depth < 1:
+            msg = f"search_depth={search_depth!r} must be positive, or null to search as deep as top_k"
+            raise ValueError(msg)
         if lexical_source not in LEXICAL_SOURCES:
             msg = f"lexical_source={lexical_source!r} is not supported; use one of {list(LEXICAL_SOURCES)}"
+            raise ValueError(msg)
+        if lexical_normalization not in LEXICAL_NORMALIZATIONS:
+            msg = (
+                f"lexical_normalization={lexical_normalization!r} is not supported; "
+                f"use one of {list(LEXICAL_NORMALIZATIONS)}"
+            )
             raise ValueError(msg)
         if lexical_weight < 0:
             msg = f"lexical_weight={lexical_weight!r} must be >= 0 (0 turns hybrid retrieval off)"
@@ -177,10 +196,12 @@ class FilteredRetryRetriever:
         self.category_key = category_key
         self.mode = mode
         self.top_k = top_k
+        self.search_depth = search_depth
         self.reference_threshold = reference_threshold
         self.evidence_threshold = evidence_threshold
         self.lexical_weight = lexical_weight
         self.lexical_source = lexical_source
+        self.lexical_normalization = lexical_normalization
         self.enabled = enabled
         self.token_env_var = token_env_var
         self._schema = CollectionSchema.from_attributes(self)
@@ -190,6 +211,7 @@ class FilteredRetryRetriever:
         self._versions = CachedKnowledgeIndex(index_path)
         self._lexical: tuple[int, Bm25ChunkIndex, dict[str, dict[str, Any]]] | None = None
         self._full_text: tuple[int, str] | None = None
+        self._term_stats: tuple[int, TermStatistics] | None = None
 
     def warm_up(self) -> None:
         """Connect the configured path(s). Failures surface per attempt in the trace, never here."""
@@ -202,6 +224,8 @@ class FilteredRetryRetriever:
                 self.chunk_store().load()
             if self.lexical_weight > 0 and not self._sparse_field():
                 self._lexical_index()
+            if self.lexical_weight > 0 and self.lexical_normalization == "ideal":
+                self._term_statistics()
         except Exception as err:
             logger.warning("Milvus is not reachable yet: {error}", error=err)
 
@@ -213,6 +237,7 @@ class FilteredRetryRetriever:
         self._haystack = None
         self._lexical = None
         self._full_text = None
+        self._term_stats = None
 
     def chunk_store(self) -> MilvusChunkStore:
         """
@@ -305,6 +330,21 @@ class FilteredRetryRetriever:
             self._lexical = (signature, index, {r["id"]: r for r in rows})
         return self._lexical[1], self._lexical[2]
 
+    def _term_statistics(self) -> TermStatistics:
+        """BM25 term statistics of the collection's chunks, read again whenever the knowledge index file changes."""
+        signature = self._versions.signature()
+        if self._lexical is not None and self._lexical[0] == signature:
+            return self._lexical[1].statistics  # the in-process index already counted them
+        if self._term_stats is None or self._term_stats[0] != signature:
+            rows = self.chunk_store().scan_metadata(keys=(), with_content=True)
+            self._term_stats = (signature, TermStatistics(tokenize(r["content"]) for r in rows))
+        return self._term_stats[1]
+
+    def _lexical_norm(self, query: str, pairs: list[tuple[str, float]]) -> float:
+        if self.lexical_normalization == "best":
+            return pairs[0][1]
+        return self._term_statistics().ideal_score(tokenize(query)) or pairs[0][1]
+
     def _similarities(self, vector: list[float], rows: list[dict[str, Any]]) -> list[float]:
         if not rows:
             return []
@@ -359,8 +399,8 @@ class FilteredRetryRetriever:
         pairs, attempt["lexical_path"] = self.lexical_search(query, category, limit)
         if not pairs:
             return hits
-        best = pairs[0][1]
-        bonus = {cid: self.lexical_weight * score / best for cid, score in pairs}
+        norm = self._lexical_norm(query, pairs)
+        bonus = {cid: self.lexical_weight * score / norm for cid, score in pairs}
         known = {d.id for d in hits}
         fetched = self.chunk_store().get_rows([cid for cid in bonus if cid not in known])
         semantics = SEMANTICS[self.metric_type]
@@ -421,11 +461,12 @@ class FilteredRetryRetriever:
         }
         started = time.perf_counter()
         docs: list[Document] = []
+        depth = max(self.search_depth or top_k, top_k)
         try:
-            hits = self._search(vector, category, top_k * 2, attempt)  # headroom for superseded versions
+            hits = self._search(vector, category, depth * 2, attempt)  # headroom for superseded versions
             hits = [replace(d, meta={**d.meta, "similarity": d.score}) for d in hits]
             if self.lexical_weight > 0 and query:
-                hits = self._with_lexical(hits, vector, query, category, top_k, attempt)
+                hits = self._with_lexical(hits, vector, query, category, depth, attempt)
             attempt["raw_hits"] = len(hits)
             active, attempt["stale_dropped"] = self.drop_superseded(hits)
             usable = [d for d in active if similarity_of(d) >= self.evidence_threshold]

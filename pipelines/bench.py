@@ -2,8 +2,9 @@
 
 All run in the same process, on the same Milvus collection and the same embedding model, in an order rotated
 query by query so that machine noise hits them alike: the lookup pipeline as configured (BM25 inside Milvus, sidecar
-off), the same with in-process BM25 (`lexical_source: local`), the same without the sidecar component at all, and
-bare embedding retrieval. Reported: medians, p90s, ratios.
+off), the same with in-process BM25 (`lexical_source: local`), the same without the sidecar component at all,
+bare embedding retrieval, and optionally the lookup pipeline with other parameters (`--compare`), so that a
+configuration change is timed side by side with the shipped one. Reported: medians, p90s, ratios.
 """
 
 from __future__ import annotations
@@ -45,8 +46,31 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def parse_override(spec: str) -> tuple[str, str, Any]:
+    """
+    Read one `component.param=value` override (the value as JSON, or a bare string).
+
+    :param spec: e.g. `retriever.top_k=30` or `retriever.lexical_normalization=best`.
+    :returns: The component, the parameter and the value.
+    :raises ValueError: If the spec is not `component.param=value`.
+    """
+    key, sep, raw = spec.partition("=")
+    component, dot, param = key.partition(".")
+    if not (sep and dot and component and param):
+        msg = f"override {spec!r} is not component.param=value; use e.g. retriever.top_k=30"
+        raise ValueError(msg)
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return component, param, value
+
+
 def run_bench(
-    knowledge_dir: str | Path | None = None, rounds: int = 3, data_dir: str | Path | None = None
+    knowledge_dir: str | Path | None = None,
+    rounds: int = 3,
+    data_dir: str | Path | None = None,
+    compare: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """
     Index a knowledge folder into a fresh data folder, then time lookups of its eval questions.
@@ -55,6 +79,8 @@ def run_bench(
         supplies the queries.
     :param rounds: How many times every query runs through each pipeline.
     :param data_dir: Where to index (default: a new temporary folder).
+    :param compare: Parameter overrides (`{component: {param: value}}`) of one more lookup pipeline timed beside
+        the others (`lookup_pipeline_compared`).
     :returns: The figures.
     """
     kb = Path(knowledge_dir or REPO_ROOT / "knowledge")
@@ -81,6 +107,11 @@ def run_bench(
         "lookup_pipeline_local_bm25": lambda q: lookup(local, q),
         "lookup_pipeline_without_sidecar": lambda q: lookup(without_sidecar, q),
     }
+    if compare:
+        compared = load_pipeline(
+            data_dir=deployment.data_dir, milvus_uri=deployment.milvus_uri, component_params=compare
+        )
+        runners["lookup_pipeline_compared"] = lambda q: lookup(compared, q)
     for query in queries[:3]:  # warm every path before timing
         for run in runners.values():
             run(query)
@@ -95,7 +126,7 @@ def run_bench(
                 runners[name](query)
                 timings[name].append((time.perf_counter() - started) * 1000)
     medians = {name: statistics.median(values) for name, values in timings.items()}
-    return {
+    figures: dict[str, Any] = {
         "knowledge": str(kb),
         "documents": summary.files,
         "chunks": summary.chunks,
@@ -114,3 +145,9 @@ def run_bench(
             medians["lookup_pipeline"] / medians["lookup_pipeline_without_sidecar"], 2
         ),
     }
+    if compare:
+        figures["compared_overrides"] = compare
+        figures["p50_ratio_lookup_to_compared"] = round(
+            medians["lookup_pipeline"] / medians["lookup_pipeline_compared"], 2
+        )
+    return figures

@@ -154,9 +154,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from pipelines.bench import run_bench
+    from pipelines.bench import parse_override, run_bench
 
-    figures = run_bench(args.knowledge, rounds=args.rounds)
+    compare: dict[str, dict] = {}
+    for spec in args.compare:
+        component, param, value = parse_override(spec)
+        compare.setdefault(component, {})[param] = value
+    figures = run_bench(args.knowledge, rounds=args.rounds, compare=compare or None)
     text = json.dumps(figures, ensure_ascii=False, indent=1)
     print(text)
     if args.json:
@@ -215,6 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--knowledge", default=None, help="knowledge folder with eval.jsonl (default: knowledge/)")
     bench.add_argument("--rounds", type=int, default=3)
     bench.add_argument("--json", default=None, help="also write the figures to this file")
+    bench.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="COMPONENT.PARAM=VALUE",
+        help="also time the lookup pipeline with this override (repeatable), e.g. retriever.top_k=30",
+    )
     bench.set_defaults(func=cmd_bench)
     return parser
 

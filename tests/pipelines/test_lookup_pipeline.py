@@ -312,6 +312,21 @@ class TestLookupPipeline:
         assert default_top["finalScore"] == default_top["baseScore"]
         assert "keyword:high cpu (+0.0)" in default_top["boostReasons"]
 
+    @pytest.mark.parametrize(("normalization", "full_weight"), [("ideal", False), ("best", True)])
+    def test_lexical_bonus_follows_the_configured_normalization(self, make_pipeline, normalization, full_weight):
+        pipe = make_pipeline(retriever={"lexical_normalization": normalization, "evidence_threshold": 0.5})
+        weight = pipe.get_component("retriever").lexical_weight
+        assert weight > 0  # the shipped YAML is hybrid
+        query = "disk full on the node"
+        out = pipe.run(
+            {"query_transformer": {"query": query}, "recorder": {"raw_query": query}},
+            include_outputs_from={"retriever"},
+        )
+        bonuses = [d.meta.get("lexical_score", 0.0) for d in out["retriever"]["candidates"]]
+        assert max(bonuses) > 0
+        # ideal: a chunk gets the share of the query's reachable BM25 it matches, never the whole weight
+        assert (max(bonuses) == pytest.approx(weight, abs=1e-4)) is full_weight
+
     def test_hint_boost_becomes_a_hit_reason_not_evidence(self, pipeline):
         result = lookup(pipeline, "our checkout-api has high cpu")
         reasons = result["evidenceBlocks"][0]["hitReasons"]
