@@ -16,13 +16,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pipelines.bench import parse_override
 from pipelines.evaluation import evaluate
 
 
 def _parse(spec: str) -> tuple[str, str, list]:
-    key, values = spec.split("=", 1)
-    component, param = key.split(".", 1)
-    return component, param, [json.loads(v) if v not in ("true", "false") else v == "true" for v in values.split(",")]
+    key, _, values = spec.partition("=")
+    overrides = [parse_override(f"{key}={value}") for value in values.split(",")]
+    component, param, _ = overrides[0]
+    return component, param, [value for _, _, value in overrides]
 
 
 def main() -> None:

@@ -343,7 +343,7 @@ class FilteredRetryRetriever:
     def _lexical_norm(self, query: str, pairs: list[tuple[str, float]]) -> float:
         if self.lexical_normalization == "best":
             return pairs[0][1]
-        return self._term_statistics().ideal_score(tokenize(query)) or pairs[0][1]
+        return self._term_statistics().ideal_score(tokenize(query))
 
     def _similarities(self, vector: list[float], rows: list[dict[str, Any]]) -> list[float]:
         if not rows:

@@ -21,7 +21,7 @@ from typing import Any
 from haystack import logging
 from pymilvus import DataType, Function, FunctionType, MilvusClient, MilvusException
 
-from components.bm25_index import tokenize
+from components.bm25_index import K1, B, tokenize
 
 logger = logging.getLogger(__name__)
 
@@ -45,9 +45,9 @@ _LEXICAL_MAX_BYTES = 65535
 # spaces, so Milvus only has to split on whitespace: its built-in analyzers alone measured worse
 # (benchmarks/milvus_analyzers.py: jieba nDCG@10 0.685 vs 0.728 on gitlab_handbook; `standard` cannot split Chinese).
 _LEXICAL_ANALYZER = {"tokenizer": "standard"}
-# as the in-process fallback (bm25s), so both rank alike. Milvus Lite 3.2.2 ignores these index parameters, but its
+# The in-process fallback's k1 and b, so both rank alike. Milvus Lite 3.2.2 ignores these index parameters, but its
 # own BM25 was measured to rank exactly like k1 1.5 / b 0.75 (and unlike k1 1.2), so the two agree there as well.
-_BM25_PARAMS = {"bm25_k1": 1.5, "bm25_b": 0.75}
+_BM25_PARAMS = {"bm25_k1": K1, "bm25_b": B}
 
 
 def string_literal(value: str) -> str:
