@@ -4,9 +4,12 @@ import json
 from pathlib import Path
 
 import pytest
+from sqlmodel import Session, select
 
+from components.trace_store import ToolInvocation, TraceStore
 from pipelines.bench import parse_override, run_bench
 from pipelines.cli import main
+from pipelines.settings import Deployment
 
 pytestmark = pytest.mark.integration
 
@@ -32,11 +35,17 @@ class TestRunBench:
 
     def test_compared_configuration_is_timed_beside_the_shipped_one(self, tiny_kb: Path, tmp_path: Path):
         (tiny_kb / "eval.jsonl").write_text(json.dumps({"query": "disk full on a node"}), encoding="utf-8")
-        compare = {"retriever": {"top_k": 5, "lexical_normalization": "best"}}
+        compare = {"retriever": {"top_k": 5, "lexical_normalization": "best"}, "recorder": {"tool_name": "compared"}}
         figures = run_bench(tiny_kb, rounds=1, data_dir=tmp_path / "data", compare=compare)
         assert figures["compared_overrides"] == compare
         lookup, compared = (figures["latency_ms"][n]["p50"] for n in ("lookup_pipeline", "lookup_pipeline_compared"))
         assert figures["p50_ratio_lookup_to_compared"] == pytest.approx(lookup / compared, abs=0.01)
+        # the compared contender really ran with the overrides: its lookups are traced under its own tool name
+        trace_url = Deployment.resolve(tmp_path / "data").trace_db_url
+        with Session(TraceStore(trace_url).engine) as session:
+            tools = session.exec(select(ToolInvocation.tool_name)).all()
+        assert tools.count("compared") == 2  # one warm-up and one timed lookup
+        assert tools.count("lookup_knowledge") == 6  # three shipped-pipeline contenders, the same two each
 
     def test_unknown_component_in_compare_is_rejected(self, tiny_kb: Path, tmp_path: Path):
         (tiny_kb / "eval.jsonl").write_text(json.dumps({"query": "disk full"}), encoding="utf-8")
