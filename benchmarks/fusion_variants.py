@@ -20,10 +20,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from components.bm25_index import Bm25ChunkIndex, tokenize
-from components.embedding_backends import get_backend
-from components.knowledge_index import KnowledgeIndex
-from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore
+from components.core.embedding_backends import get_backend
+from components.store.knowledge_collection import KnowledgeCollection
+from components.store.knowledge_index import KnowledgeIndex
+from components.store.lexical import Bm25ChunkIndex, tokenize
 from pipelines.evaluation import EvalQuery, document_ranking, load_eval_set, score_rankings
 from pipelines.settings import Deployment
 
@@ -71,7 +71,8 @@ def load_dataset(dataset: str, data_dir: str) -> tuple[list[dict[str, Any]], lis
     """
     deployment = Deployment.resolve(data_dir)
     active = KnowledgeIndex.load(deployment.index_path).active_versions()
-    store = MilvusChunkStore(deployment.milvus_uri, CollectionSchema())
+    collection = KnowledgeCollection(uri=deployment.milvus_uri, index_path=str(deployment.index_path))
+    store = collection.store
     try:
         rows = [
             r
@@ -79,7 +80,7 @@ def load_dataset(dataset: str, data_dir: str) -> tuple[list[dict[str, Any]], lis
             if active.get(r["metadata"].get("source", "")) == r["metadata"].get("doc_version")
         ]
     finally:
-        store.close()
+        collection.close()
     return rows, [q for q in load_eval_set(Path(dataset) / "eval.jsonl") if q.expected]
 
 

@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from components.embedding_backends import get_backend
+from components.core.embedding_backends import get_backend
 from components.heading_chunker import HeadingChunker
 from components.markdown_loader import MarkdownKnowledgeLoader
 from components.offline_document_embedder import OfflineDocumentEmbedder

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pymilvus import DataType, Function, FunctionType, MilvusClient
 
 from benchmarks.fusion_variants import load_dataset
-from components.milvus_chunk_store import lexical_text
+from components.store.lexical import lexical_text
 from pipelines.evaluation import document_ranking, score_rankings
 
 ANALYZERS: dict[str, tuple[dict, Callable[[str], str]]] = {

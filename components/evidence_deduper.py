@@ -5,6 +5,8 @@ from typing import Any
 
 from haystack import Document, component
 
+from components.core.scores import document_key
+
 
 @component
 class EvidenceDeduper:
@@ -68,7 +70,7 @@ class EvidenceDeduper:
         kept_blocks: list[Document] = []
         per_doc: dict[str, int] = {}
         for key, doc in merged.items():
-            doc_key = str(doc.meta.get("doc_id") or doc.meta.get("source") or key)
+            doc_key = document_key(doc.meta, key)
             reason = None
             if per_doc.get(doc_key, 0) >= self.max_per_document:
                 reason = "per_document_cap"

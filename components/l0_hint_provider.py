@@ -7,8 +7,8 @@ from typing import Any
 
 from haystack import component, logging
 
-from components.knowledge_index import CachedKnowledgeIndex, KnowledgeIndex, hint_values
-from components.text_matching import has_cjk, mentions
+from components.core.text_matching import has_cjk, mentions
+from components.store.knowledge_index import CachedKnowledgeIndex, KnowledgeIndex, hint_values
 
 logger = logging.getLogger(__name__)
 

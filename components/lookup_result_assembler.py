@@ -4,8 +4,8 @@ from typing import Any
 
 from haystack import Document, component
 
-from components.filtered_retry_retriever import similarity_of
-from components.lookup_result import EvidenceBlock, LookupResult
+from components.core.lookup_result import EvidenceBlock, LookupResult
+from components.core.scores import boost_reasons, document_key, similarity_of
 
 NO_EVIDENCE_MESSAGE = (
     "No knowledge evidence was found for this query. Treat this as missing knowledge, not as a fact; "
@@ -57,7 +57,7 @@ class LookupResultAssembler:
     ```
     """
 
-    def __init__(self, high_relevance_threshold: float = 0.93, preview_chars: int = 160) -> None:
+    def __init__(self, high_relevance_threshold: float = 0.955, preview_chars: int = 160) -> None:
         """
         Create the assembler.
 
@@ -98,6 +98,26 @@ class LookupResultAssembler:
         if best >= self.high_relevance_threshold:
             return "high"
         return "medium" if best >= reference else "low"
+
+    @staticmethod
+    def _rerank_trace(rerank_trace: dict[str, Any], blocks: list[Document]) -> dict[str, Any]:
+        """The reranker's weights, and the blocks actually returned, in their returned order."""
+        items = [
+            {
+                "rank": rank,
+                "source": d.meta.get("source"),
+                "evidence_key": d.meta.get("evidence_key"),
+                "base_score": round(float(d.meta.get("base_score", d.score or 0.0)), 4),
+                "final_score": round(d.score or 0.0, 4),
+                "boost_reasons": boost_reasons(d.meta),
+            }
+            for rank, d in enumerate(blocks, start=1)
+        ]
+        return {
+            "weights": rerank_trace.get("weights", {}),
+            "max_boost": rerank_trace.get("max_boost", 0.0),
+            "items": items,
+        }
 
     def _summary(self, doc: Document) -> dict[str, Any]:
         content = doc.content or ""
@@ -154,6 +174,7 @@ class LookupResultAssembler:
         found = status == "evidence"
         blocks = documents if found else []
         truncated = bool(context_pack.get("truncatedSources") or context_pack.get("omittedSources"))
+        returned_rerank = self._rerank_trace(rerank_trace, blocks)
         result = LookupResult.model_validate(
             dict(
                 found=found,
@@ -166,7 +187,7 @@ class LookupResultAssembler:
                         dict(
                             evidence_key=str(d.meta.get("evidence_key") or d.id),
                             source=str(d.meta.get("source") or ""),
-                            doc_id=str(d.meta.get("doc_id") or d.meta.get("source") or d.id),
+                            doc_id=document_key(d.meta, d.id),
                             title=str(d.meta.get("title") or ""),
                             breadcrumb=str(d.meta.get("breadcrumb") or ""),
                             category=str(d.meta.get("category") or ""),
@@ -181,7 +202,7 @@ class LookupResultAssembler:
                 ],
                 context_pack=context_pack if found else {"strategy": context_pack.get("strategy", "")},
                 retrieval_trace=retrieval_trace,
-                rerank_trace=rerank_trace,
+                rerank_trace=returned_rerank,
                 relevance_level=self._relevance(blocks, float(retrieval_trace.get("reference_threshold", 0.0))),
                 completeness_hint=("truncated" if truncated else "complete") if found else "none",
                 l0_hints={**hints, "category_filter": category_filter or None},
@@ -196,7 +217,7 @@ class LookupResultAssembler:
             "l0_hints": {**hints, "category_filter": category_filter or None},
             "query_transform": query_transform or {},
             "retrieval_trace": retrieval_trace,
-            "rerank_trace": rerank_trace,
+            "rerank_trace": {**returned_rerank, "candidates": rerank_trace.get("candidates", [])},
             "context_pack_summary": pack_summary if found else {},
             "evidence_blocks": [self._summary(d) for d in blocks],
             "fallback_reason": retrieval_trace.get("fallback_reason"),

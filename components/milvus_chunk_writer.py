@@ -4,9 +4,10 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from haystack import Document, component, logging
+from haystack import Document, component, default_from_dict, default_to_dict, logging
 
-from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore, lexical_text, token_from_env
+from components.store.knowledge_collection import KnowledgeCollection, deserialize_collection_inplace
+from components.store.lexical import lexical_text
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ class MilvusChunkWriter:
     """
     Writes embedded chunks to the Milvus knowledge collection, one document at a time, all or nothing.
 
-    Rows follow the original schema (`id`, `content`, `vector`, `metadata` JSON; names configurable). Where the
+    Rows follow the collection's schema (`id`, `content`, `vector`, `metadata` JSON; names configurable). Where the
     Milvus version supports full-text search, a new collection also gets `lexical_field` (the chunk's BM25 terms,
     written here) and `sparse_field` (filled from it by Milvus' BM25 function). The chunks of
     one document are inserted together; if the insert fails, whatever part of it landed is deleted again and the
@@ -39,112 +40,87 @@ class MilvusChunkWriter:
 
     ```python
     from components.milvus_chunk_writer import MilvusChunkWriter
+    from components.store.knowledge_collection import KnowledgeCollection, deserialize_collection_inplace
 
-    writer = MilvusChunkWriter(uri="data/milvus.db")
+    writer = MilvusChunkWriter(KnowledgeCollection(uri="data/milvus.db", dimension=384, metric_type="L2"))
     writer.warm_up()
     print(writer.run(documents=embedded_chunks)["written"])
     ```
     """
 
-    def __init__(
-        self,
-        uri: str = "data/milvus.db",
-        collection_name: str = "knowledge_chunks",
-        dimension: int = 384,
-        metric_type: str = "L2",
-        index_type: str = "AUTOINDEX",
-        id_field: str = "id",
-        content_field: str = "content",
-        vector_field: str = "vector",
-        metadata_field: str = "metadata",
-        lexical_field: str = "lexical",
-        sparse_field: str = "sparse",
-        token_env_var: str | None = "MILVUS_TOKEN",  # noqa: S107 - a variable name, not a secret
-    ) -> None:
+    def __init__(self, collection: KnowledgeCollection | None = None) -> None:
         """
         Create the writer; it connects in `warm_up`.
 
-        :param uri: Milvus Lite `.db` path or a server URI.
-        :param collection_name: The collection to write to (created if missing).
-        :param dimension: Vector dimension (384 for multilingual-e5-small, 512 for USE).
-        :param metric_type: `L2` (the original's), `IP` or `COSINE`.
-        :param index_type: Vector index type, e.g. `AUTOINDEX`, `FLAT`, `IVF_FLAT`, `HNSW`.
-        :param id_field: Primary key field name.
-        :param content_field: Text field name.
-        :param vector_field: Vector field name.
-        :param metadata_field: JSON metadata field name.
-        :param lexical_field: Text field of a new collection holding each chunk's BM25 terms (English stems,
-            Chinese character bigrams); `""` (with `sparse_field` `""`) creates no full-text search in Milvus, and
-            lexical retrieval then runs in-process. An existing collection keeps its schema.
-        :param sparse_field: Sparse field of a new collection that Milvus' BM25 function fills from
-            `lexical_field`.
-        :param token_env_var: Environment variable holding a server token; the token is never stored in YAML.
-        :raises ValueError: If a name or parameter is invalid.
+        :param collection: The collection written to, created if missing with its schema (default:
+            `KnowledgeCollection(dimension=384, metric_type="L2")`, the original's). An existing collection keeps
+            its schema; `warm_up` fails if it differs from the configured one.
         """
-        if not uri:
-            msg = "uri='' must name a Milvus Lite .db path or a server URI such as http://127.0.0.1:19530"
-            raise ValueError(msg)
-        self.uri = uri
-        self.collection_name = collection_name
-        self.dimension = dimension
-        self.metric_type = metric_type
-        self.index_type = index_type
-        self.id_field = id_field
-        self.content_field = content_field
-        self.vector_field = vector_field
-        self.metadata_field = metadata_field
-        self.lexical_field = lexical_field
-        self.sparse_field = sparse_field
-        self.token_env_var = token_env_var
-        self._schema = CollectionSchema.from_attributes(self)
-        self._store: MilvusChunkStore | None = None
-        self._full_text: tuple[str, str] | None = None
+        self.collection = collection if collection is not None else KnowledgeCollection(dimension=384, metric_type="L2")
 
-    @property
-    def store(self) -> MilvusChunkStore:
-        """The underlying chunk store (connects on first use)."""
-        if self._store is None:
-            self._store = MilvusChunkStore(self.uri, self._schema, token_from_env(self.token_env_var))
-        return self._store
+    def to_dict(self) -> dict[str, Any]:
+        """
+        Serialize the writer with its collection.
+
+        :returns: The serialized component.
+        """
+        return default_to_dict(self, collection=self.collection)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MilvusChunkWriter:
+        """
+        Deserialize the writer and its collection.
+
+        :param data: From `to_dict`.
+        :returns: The writer.
+        """
+        params = dict(data.get("init_parameters", {}))
+        deserialize_collection_inplace(params)
+        return default_from_dict(cls, {**data, "init_parameters": params})
 
     def warm_up(self) -> None:
-        """Connect and create the collection if it does not exist."""
-        self.store.ensure_collection()
-        self._full_text = self.store.full_text_fields()
+        """
+        Connect and create the collection if it does not exist.
+
+        :raises CollectionMismatchError: If the existing collection differs from the configured schema.
+        """
+        self.collection.create_if_missing()
 
     @property
     def full_text_fields(self) -> tuple[str, str] | None:
-        """`(lexical_field, sparse_field)` of the collection's BM25 function as of `warm_up`, or None without one."""
-        return self._full_text
+        """`(lexical_field, sparse_field)` of the collection's BM25 function, or None without one."""
+        description = self.collection.description()
+        return description.full_text if description is not None else None
 
     def close(self) -> None:
         """Release the connection."""
-        if self._store is not None:
-            self._store.close()
-        self._store = None
+        self.collection.close()
 
-    def _row(self, doc: Document) -> dict[str, Any]:
-        if not doc.embedding or len(doc.embedding) != self.dimension:
+    def _row(self, doc: Document, full_text: tuple[str, str] | None) -> dict[str, Any]:
+        s = self.collection.schema
+        if not doc.embedding or len(doc.embedding) != s.dimension:
             got = len(doc.embedding or [])
-            msg = f"chunk {doc.id} has an embedding of dimension {got}, the collection expects {self.dimension}"
+            msg = f"chunk {doc.id} has an embedding of dimension {got}, the collection expects {s.dimension}"
             raise ValueError(msg)
         row = {
-            self.id_field: doc.id,
-            self.content_field: doc.content or "",
-            self.vector_field: doc.embedding,
-            self.metadata_field: _json_safe(doc.meta),
+            s.id_field: doc.id,
+            s.content_field: doc.content or "",
+            s.vector_field: doc.embedding,
+            s.metadata_field: _json_safe(doc.meta),
         }
-        if self._full_text is not None:
-            row[self._full_text[0]] = lexical_text(doc.content or "")
+        if full_text is not None:
+            row[full_text[0]] = lexical_text(doc.content or "")
         return row
 
     def _write_one(self, source: str, chunks: list[Document]) -> None:
-        rows = [self._row(doc) for doc in chunks]
+        store, full_text = self.collection.store, self.full_text_fields
+        rows = [self._row(doc, full_text) for doc in chunks]
+        id_field = self.collection.schema.id_field
         try:
-            self.store.insert(rows)
+            store.insert(rows)
         except Exception:
             try:
-                self.store.delete_ids(row[self.id_field] for row in rows)
+                store.delete_ids(row[id_field] for row in rows)
             except Exception as cleanup_error:
                 # the leftovers carry a version that never becomes active; `remove_stale` deletes them later
                 logger.warning(
@@ -189,8 +165,8 @@ class MilvusChunkWriter:
         """
         stale = [
             row["id"]
-            for row in self.store.scan_metadata()
+            for row in self.collection.store.scan_metadata()
             if row.get("doc_version") and active.get(row.get("source") or "") != row["doc_version"]
         ]
-        self.store.delete_ids(stale)
+        self.collection.store.delete_ids(stale)
         return len(stale)

@@ -6,7 +6,7 @@ from typing import Any
 from haystack import Document, component, logging
 from tqdm import tqdm
 
-from components.embedding_backends import E5_SMALL, EmbeddingBackend, get_backend, validate_model_name
+from components.core.embedding_backends import E5_SMALL, EmbeddingBackend, get_backend, validate_model_name
 
 logger = logging.getLogger(__name__)
 

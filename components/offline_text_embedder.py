@@ -4,7 +4,7 @@ from typing import Any
 
 from haystack import component
 
-from components.embedding_backends import E5_SMALL, EmbeddingBackend, get_backend, validate_model_name
+from components.core.embedding_backends import E5_SMALL, EmbeddingBackend, get_backend, validate_model_name
 
 
 @component

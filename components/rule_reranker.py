@@ -5,14 +5,17 @@ from typing import Any
 
 from haystack import Document, component
 
-from components.text_matching import mentions
+from components.core.scores import boost_reasons
+from components.core.text_matching import mentions
 
+# Every signal ships at 0: measured on gitlab_handbook and stard, hint boosts only reordered for the worse
+# (docs/decisions.md). A matched hint is still a hit reason, so blocks stay explained; raise a weight to reorder.
 DEFAULT_WEIGHTS = {
-    "keyword": 0.02,
-    "title": 0.03,
-    "entity": 0.02,
-    "domain": 0.01,
-    "l0_document": 0.02,
+    "keyword": 0.0,
+    "title": 0.0,
+    "entity": 0.0,
+    "domain": 0.0,
+    "l0_document": 0.0,
     "consensus_domain": 0.0,
 }
 
@@ -37,8 +40,8 @@ class RuleReranker:
     ```python
     from components.rule_reranker import RuleReranker
 
-    out = RuleReranker(weights={"keyword": 0.05}).run(documents=candidates, hints=hints)
-    print(out["rerank_trace"]["items"][0]["boost_reasons"])
+    out = RuleReranker(weights={"keyword": 0.02, "title": 0.03}).run(documents=candidates, hints=hints)
+    print(out["rerank_trace"]["candidates"][0]["boost_reasons"])
     ```
     """
 
@@ -53,8 +56,8 @@ class RuleReranker:
         """
         Create the reranker.
 
-        :param weights: Boost per signal; unknown names are rejected. Missing ones use the defaults
-            `keyword` 0.02, `title` 0.03, `entity` 0.02, `domain` 0.01, `l0_document` 0.02.
+        :param weights: Boost per signal (`keyword`, `title`, `entity`, `domain`, `l0_document`,
+            `consensus_domain`); unknown names are rejected, missing ones are 0.
         :param max_boost: Cap of the summed boosts of one candidate.
         :param trace_top_n: How many top candidates the rerank trace details.
         :param consensus_top_n: Candidates that vote for the consensus category (signal `consensus_domain`).
@@ -75,12 +78,11 @@ class RuleReranker:
                 "in (0, 1]"
             )
             raise ValueError(msg)
-        self.weights = weights
+        self.weights = {**DEFAULT_WEIGHTS, **weights}
         self.max_boost = max_boost
         self.trace_top_n = trace_top_n
         self.consensus_top_n = consensus_top_n
         self.consensus_min_share = consensus_min_share
-        self._weights = {**DEFAULT_WEIGHTS, **weights}
 
     def _consensus(self, documents: list[Document]) -> str:
         """The category most of the top candidates agree on (votes weighted 1/rank), or ""."""
@@ -99,7 +101,7 @@ class RuleReranker:
 
         def add(signal: str, value: str) -> None:
             # a zero-weight match moves nothing but still explains the block
-            boosts.append({"signal": signal, "value": value, "weight": self._weights[signal]})
+            boosts.append({"signal": signal, "value": value, "weight": self.weights[signal]})
 
         chunk_keywords = {str(k).casefold() for k in meta.get("keywords") or []}
         for keyword in hints.get("matched_keywords", []):
@@ -129,12 +131,13 @@ class RuleReranker:
         :param documents: L1 candidates (`score` = normalized similarity); they are not modified.
         :param hints: L0 hint data; without hints the order is the similarity order.
         :returns: `documents` (reranked copies; meta gains `base_score`, `boosts` and `hit_reasons`, `score` is
-            the final score) and `rerank_trace` (`weights`, `max_boost`, `items` for the top candidates: rank,
-            source, evidence key, base score, final score, boost reasons) and `ranking` (the evidence keys in the new
-            order: a compact view for consumers such as the sidecar, cheap for the pipeline to hand on).
+            the final score) and `rerank_trace` (`weights`, `max_boost`, `candidates`: the top `trace_top_n`
+            candidates with rank, source, evidence key, base score, final score, boost reasons) and `ranking`
+            (the evidence keys in the new order: a compact view for consumers such as the sidecar, cheap for the
+            pipeline to hand on).
         """
         hints = hints or {}
-        consensus = self._consensus(documents) if self._weights["consensus_domain"] > 0 else ""
+        consensus = self._consensus(documents) if self.weights["consensus_domain"] > 0 else ""
         scored = []
         for doc in documents:
             boosts = self._boosts(doc, hints, consensus)
@@ -151,17 +154,17 @@ class RuleReranker:
                 d.meta.get("chunk_index") or 0,
             )
         )
-        items = [
+        candidates = [
             {
                 "rank": rank,
                 "source": d.meta.get("source"),
                 "evidence_key": d.meta.get("evidence_key"),
                 "base_score": round(d.meta["base_score"], 4),
                 "final_score": round(d.score or 0.0, 4),
-                "boost_reasons": [f"{b['signal']}:{b['value']} (+{b['weight']})" for b in d.meta["boosts"]],
+                "boost_reasons": boost_reasons(d.meta),
             }
             for rank, d in enumerate(scored[: self.trace_top_n], start=1)
         ]
-        trace = {"weights": dict(self._weights), "max_boost": self.max_boost, "items": items}
+        trace = {"weights": dict(self.weights), "max_boost": self.max_boost, "candidates": candidates}
         ranking = [str(d.meta.get("evidence_key") or d.id) for d in scored]
         return {"documents": scored, "rerank_trace": trace, "ranking": ranking}

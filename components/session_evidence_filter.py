@@ -4,7 +4,7 @@ from typing import Any
 
 from haystack import Document, component, logging
 
-from components.trace_store import TraceStore
+from components.trace.trace_store import TraceStore
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,9 @@ class SessionEvidenceFilter:
     ```
     """
 
-    def __init__(self, database_url: str = "sqlite:///data/traces.db", spool_path: str | None = None) -> None:
+    def __init__(
+        self, database_url: str = "sqlite:///data/traces.db", spool_path: str | None = "data/trace_spool.jsonl"
+    ) -> None:
         """
         Create the filter.
 

@@ -1,18 +1,31 @@
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from haystack import Document, component, logging
+from haystack import Document, component, default_from_dict, default_to_dict, logging
 
-from components.embedding_backends import E5_SMALL, get_backend, validate_model_name
-from components.filtered_retry_retriever import FilteredRetryRetriever, evidence_key
+from components.core.embedding_backends import E5_SMALL, get_backend, validate_model_name
+from components.core.scores import document_key, evidence_key
+from components.filtered_retry_retriever import FilteredRetryRetriever
+from components.store.knowledge_collection import (
+    DENSE_PATHS,
+    LEXICAL_SOURCES,
+    KnowledgeCollection,
+    deserialize_collection_inplace,
+)
 
 logger = logging.getLogger(__name__)
 
-RETRIEVERS = ("bm25", "dense")
+RETRIEVERS = ("bm25", "dense", "hybrid")
+_SCORE_LABELS = {
+    "bm25": "bm25",
+    "dense": "normalized similarity",
+    "hybrid": "normalized similarity + lexical bonus",
+}
 
 
 @component
@@ -20,20 +33,24 @@ class SidecarRetriever:
     """
     An optional comparison retrieval next to the main one, reported in the trace only.
 
-    It runs another retriever (`bm25`, or plain `dense` with the same or another embedding `model`, on the same or
-    another collection) for the same query,
-    normalizes its hits into comparable rows (doc id, source, title, breadcrumb, category, rank, preview, score label
-    and value) and compares them with the main ranking: overlap, rank shifts, only-in-main and only-in-sidecar. Its
-    output goes only to the trace (`retrieval_details.sidecar`); the lookup result is the same whether the sidecar
-    is off, on, failing or timing out. Off (the default) it returns at once and connects to nothing; its inputs are
-    the query text and the main ranking's evidence keys only, so Haystack has little to copy for it either.
+    It runs another retrieval for the same query through its own `KnowledgeCollection` (the main one's, or another
+    collection or store): `dense` (plain embedding retrieval on the `haystack` or `sdk` path, with the same or
+    another embedding `model`), `bm25` (Milvus full-text search or the in-process index), or `hybrid` (the main
+    retriever's dense + BM25 fusion, unfiltered, on the chosen path — so the framework and SDK paths can be compared
+    on the same retrieval). Its hits become comparable rows (doc id, source, title, breadcrumb, category, rank,
+    preview, score label, value, raw score, semantics and path) and are compared with the main ranking: overlap,
+    rank shifts, only-in-main and only-in-sidecar. Its output goes only to the trace (`retrieval_details.sidecar`);
+    the lookup result is the same whether the sidecar is off, on, failing, hanging or timing out. Off (the default)
+    it returns at once and connects to nothing. A comparison still running from an earlier lookup makes the next
+    one skip (status `skipped`) instead of waiting behind it.
 
     ### Usage example
 
     ```python
     from components.sidecar_retriever import SidecarRetriever
+    from components.store.knowledge_collection import KnowledgeCollection, deserialize_collection_inplace
 
-    sidecar = SidecarRetriever(enabled=True, retriever="bm25", uri="data/milvus.db")
+    sidecar = SidecarRetriever(KnowledgeCollection(uri="data/milvus.db"), enabled=True, retriever="bm25")
     sidecar.warm_up()
     report = sidecar.run(query="disk full", main_ranking=["alerts/disk.md#0", "alerts/disk.md#1"])["sidecar"]
     print(report["status"], report["comparison"]["overlap"])
@@ -42,38 +59,40 @@ class SidecarRetriever:
 
     def __init__(
         self,
+        collection: KnowledgeCollection | None = None,
         enabled: bool = False,
         retriever: str = "bm25",
+        mode: str = "sdk",
+        lexical_source: str = "auto",
         model: str = E5_SMALL,
-        uri: str = "data/milvus.db",
-        index_path: str = "data/knowledge_index.json",
-        collection_name: str = "knowledge_chunks",
-        metric_type: str = "L2",
         top_k: int = 10,
         timeout_ms: int = 2000,
         preview_chars: int = 120,
-        token_env_var: str | None = "MILVUS_TOKEN",  # noqa: S107 - a variable name, not a secret
     ) -> None:
         """
         Create the sidecar; nothing connects until `warm_up` (and never while it is off).
 
+        :param collection: The compared collection (default: `KnowledgeCollection()`, the data folder's).
         :param enabled: Run the comparison retrieval.
-        :param retriever: `bm25` (the main retriever's BM25: in Milvus or in-process) or `dense` (plain embedding
-            retrieval, no filter, no BM25).
-        :param model: The offline embedding model of `dense` (it must be the one the compared collection was indexed
-            with); the query is embedded again, only when the sidecar is on.
-        :param uri: Milvus Lite `.db` path or server URI of the compared collection.
-        :param index_path: The knowledge index file (active document versions).
-        :param collection_name: The compared collection (another one than the main retriever's, if wanted).
-        :param metric_type: The collection's metric.
+        :param retriever: `bm25`, `dense` (no filter, no BM25) or `hybrid` (dense + BM25 fused as the main retriever
+            does by default, no filter).
+        :param mode: Dense search path of `dense` and `hybrid`: `haystack` (milvus-haystack) or `sdk` (pymilvus).
+        :param lexical_source: Where BM25 runs for `bm25` and `hybrid`: `auto`, `milvus` or `local`.
+        :param model: The offline embedding model of `dense` and `hybrid` (the one the compared collection was
+            indexed with); the query is embedded again, only when the sidecar is on.
         :param top_k: Rows compared.
         :param timeout_ms: Longest wait for the comparison; after it the status is `timeout`.
         :param preview_chars: Length of each row's content preview.
-        :param token_env_var: Environment variable holding a server token.
         :raises ValueError: If a parameter is out of range.
         """
         if retriever not in RETRIEVERS:
             msg = f"retriever={retriever!r} is not supported; use one of {list(RETRIEVERS)}"
+            raise ValueError(msg)
+        if mode not in DENSE_PATHS:
+            msg = f"mode={mode!r} is not a dense search path; use one of {list(DENSE_PATHS)}"
+            raise ValueError(msg)
+        if lexical_source not in LEXICAL_SOURCES:
+            msg = f"lexical_source={lexical_source!r} is not supported; use one of {list(LEXICAL_SOURCES)}"
             raise ValueError(msg)
         for name, value in (("top_k", top_k), ("timeout_ms", timeout_ms)):
             if value < 1:
@@ -83,74 +102,123 @@ class SidecarRetriever:
         if preview_chars < 0:
             msg = f"preview_chars={preview_chars!r} must be >= 0"
             raise ValueError(msg)
+        self.collection = collection if collection is not None else KnowledgeCollection()
         self.enabled = enabled
         self.retriever = retriever
+        self.mode = mode
+        self.lexical_source = lexical_source
         self.model = model
-        self.uri = uri
-        self.index_path = index_path
-        self.collection_name = collection_name
-        self.metric_type = metric_type
         self.top_k = top_k
         self.timeout_ms = timeout_ms
         self.preview_chars = preview_chars
-        self.token_env_var = token_env_var
-        # validates the store parameters now, connects only when used
-        self._search = FilteredRetryRetriever(
-            uri=uri,
-            index_path=index_path,
-            collection_name=collection_name,
-            metric_type=metric_type,
-            mode="sdk",
-            top_k=top_k,
-            token_env_var=token_env_var,
+        self._hybrid = FilteredRetryRetriever(
+            self.collection, mode=mode, top_k=top_k, evidence_threshold=0.0, lexical_source=lexical_source
         )
         self._pool: ThreadPoolExecutor | None = None
+        self._pending: Future[list[Document]] | None = None
+        self._init_error: str | None = None
+        self._lock = threading.Lock()
+
+    def to_dict(self) -> dict[str, Any]:
+        """
+        Serialize the sidecar with its collection.
+
+        :returns: The serialized component.
+        """
+        return default_to_dict(
+            self,
+            collection=self.collection,
+            enabled=self.enabled,
+            retriever=self.retriever,
+            mode=self.mode,
+            lexical_source=self.lexical_source,
+            model=self.model,
+            top_k=self.top_k,
+            timeout_ms=self.timeout_ms,
+            preview_chars=self.preview_chars,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SidecarRetriever:
+        """
+        Deserialize the sidecar and its collection.
+
+        :param data: From `to_dict`.
+        :returns: The sidecar.
+        """
+        params = dict(data.get("init_parameters", {}))
+        deserialize_collection_inplace(params)
+        return default_from_dict(cls, {**data, "init_parameters": params})
 
     def warm_up(self) -> None:
-        """Start the worker thread and connect, only when enabled."""
-        if self.enabled and self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sidecar")
-            self._search.warm_up()
-            if self.retriever == "dense":
+        """
+        Start the worker thread, connect and load the model, only when enabled. Never raises: a failure is kept and
+        reported as the status of every comparison until `close`.
+        """
+        if not self.enabled or self._pool is not None:
+            return
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sidecar")
+        try:
+            self.collection.warm_up()
+            if self.retriever != "bm25":
+                self.collection.connect(self.mode)
                 get_backend(self.model)  # load the model now, not inside the first lookup's timeout
+        except Exception as err:
+            self._init_error = f"initialization failed: {type(err).__name__}: {err}"
+            logger.warning("Sidecar {error}", error=self._init_error)
 
     def close(self) -> None:
         """Stop the worker thread and release the connection."""
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         self._pool = None
-        self._search.close()
+        self._pending = None
+        self._init_error = None
+        self.collection.close()
+
+    def _embed(self, query: str) -> list[float]:
+        return get_backend(self.model).embed_queries([query])[0].tolist()
 
     def _retrieve(self, query: str) -> list[Document]:
         if self.retriever == "dense":
-            vector = get_backend(self.model).embed_queries([query])[0].tolist()
-            out = self._search.run(query_embedding=vector, top_k=self.top_k)
+            docs = self.collection.dense_search(self._embed(query), self.top_k * 2, path=self.mode)  # room for stale
+            return self.collection.drop_superseded(docs)[0]
+        if self.retriever == "hybrid":
+            out = self._hybrid.run(query_embedding=self._embed(query), query=query)
             errors = [a["error"] for a in out["retrieval_trace"]["attempts"] if a["error"]]
             if errors:
                 raise RuntimeError("; ".join(errors))
             return list(out["candidates"])
-        pairs, _ = self._search.lexical_search(query, top_k=self.top_k)
-        rows = {r["id"]: r for r in self._search.chunk_store().get_rows([cid for cid, _ in pairs])}
+        pairs, path = self.collection.lexical_search(query, self.top_k, source=self.lexical_source)
+        scores = dict(pairs)
         docs = [
-            Document(id=cid, content=rows[cid]["content"], score=score, meta=rows[cid]["metadata"])
-            for cid, score in pairs
-            if cid in rows
+            Document(
+                id=d.id,
+                content=d.content,
+                score=scores[d.id],
+                meta={**d.meta, "raw_score": scores[d.id], "score_semantics": "bm25", "retrieval_path": path},
+            )
+            for d in self.collection.fetch([cid for cid, _ in pairs])
         ]
-        return self._search.drop_superseded(docs)[0]
+        return self.collection.drop_superseded(docs)[0]
 
     def _row(self, rank: int, doc: Document) -> dict[str, Any]:
         meta, content = doc.meta, doc.content or ""
+        raw = meta.get("raw_score")
         return {
             "evidence_key": evidence_key(meta, doc.id),
-            "doc_id": meta.get("doc_id") or meta.get("source") or doc.id,
+            "doc_id": document_key(meta, doc.id),
             "source": meta.get("source"),
             "title": meta.get("title"),
             "breadcrumb": meta.get("breadcrumb"),
             "category": meta.get("category"),
             "rank": rank,
             "preview": content[: self.preview_chars] + ("…" if len(content) > self.preview_chars else ""),
-            "score_label": "bm25" if self.retriever == "bm25" else "normalized similarity",
+            "score_label": _SCORE_LABELS[self.retriever],
             "score": round(float(doc.score or 0.0), 4),
+            "raw_score": round(float(raw), 4) if isinstance(raw, int | float) else None,
+            "score_semantics": meta.get("score_semantics"),
+            "path": meta.get("retrieval_path"),
         }
 
     @staticmethod
@@ -176,6 +244,15 @@ class SidecarRetriever:
             "only_in_sidecar": [k for k in side_keys if k not in main_rank],
         }
 
+    def _submit(self, query: str) -> Future[list[Document]] | None:
+        """Start the comparison, or None when the previous one is still running (it must not delay this lookup)."""
+        with self._lock:
+            if self._pending is not None and not self._pending.done():
+                return None
+            assert self._pool is not None
+            self._pending = self._pool.submit(self._retrieve, query)
+            return self._pending
+
     def _wait(self, future: Future[list[Document]]) -> tuple[str, list[Document], str | None]:
         try:
             return "ok", future.result(timeout=self.timeout_ms / 1000), None
@@ -192,19 +269,29 @@ class SidecarRetriever:
 
         :param query: The normalized query.
         :param main_ranking: The main retrieval's evidence keys in rank order (the reranker's `ranking`).
-        :returns: `sidecar`: `{enabled, status, retriever, latency_ms, rows, comparison, error}`, where status is
-            `off`, `ok`, `skipped` (a rejected query), `failed` or `timeout`.
+        :returns: `sidecar`: `{enabled, status, retriever, mode, collection, latency_ms, rows, comparison, error}`,
+            where status is `off`, `ok`, `skipped` (a rejected query, or the previous comparison still running),
+            `failed` (including a failed initialization) or `timeout`.
         """
         if not self.enabled:
             return {"sidecar": {"enabled": False, "status": "off"}}
-        report: dict[str, Any] = {"enabled": True, "retriever": self.retriever, "collection": self.collection_name}
+        report: dict[str, Any] = {
+            "enabled": True,
+            "retriever": self.retriever,
+            "mode": self.mode if self.retriever != "bm25" else None,
+            "collection": self.collection.schema.collection_name,
+        }
+        empty: dict[str, Any] = {"rows": [], "comparison": None}
         if not (query or "").strip():
-            return {"sidecar": {**report, "status": "skipped", "rows": [], "comparison": None, "error": None}}
+            return {"sidecar": {**report, **empty, "status": "skipped", "error": None}}
         self.warm_up()
-        assert self._pool is not None
+        if self._init_error:
+            return {"sidecar": {**report, **empty, "status": "failed", "error": self._init_error}}
         started = time.perf_counter()
-        future = self._pool.submit(self._retrieve, query or "")
-        status, docs, error = self._wait(future)
+        future = self._submit(query or "")
+        status, docs, error = (
+            ("skipped", [], "the previous comparison is still running") if future is None else self._wait(future)
+        )
         if error:
             logger.warning("Sidecar retrieval {status}: {error}", status=status, error=error)
         rows = [self._row(rank, doc) for rank, doc in enumerate(docs[: self.top_k], start=1)]

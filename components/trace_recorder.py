@@ -5,7 +5,7 @@ from typing import Any
 
 from haystack import component, logging
 
-from components.trace_store import ToolInvocation, TraceStore
+from components.trace.trace_store import ToolInvocation, TraceStore
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class TraceRecorder:
     def __init__(
         self,
         database_url: str = "sqlite:///data/traces.db",
-        spool_path: str | None = None,
+        spool_path: str | None = "data/trace_spool.jsonl",
         tool_name: str = "lookup_knowledge",
         max_query_chars: int = 2000,
     ) -> None:

@@ -21,7 +21,10 @@ from typing import Any
 from haystack import Pipeline, logging
 from haystack.tools import PipelineTool
 
+from components.query_transformer import QueryTransformer
+from components.trace_recorder import TraceRecorder
 from pipelines import load_pipeline, lookup
+from pipelines.loading import node_of_type
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
 
 __all__ = [
@@ -81,11 +84,6 @@ TOOL_PARAMETERS: dict[str, Any] = {
     "additionalProperties": False,
 }
 
-INPUT_MAPPING = {
-    "query": ["query_transformer.query", "recorder.raw_query"],
-    "session_id": ["query_transformer.session_id"],
-}
-OUTPUT_MAPPING = {"recorder.result": "result"}
 
 #: Statuses that reach the agent as a tool error instead of a result.
 ERROR_STATUSES = ("invalid_query", "error")
@@ -217,20 +215,27 @@ class LookupKnowledgeTool(PipelineTool):
         :param pipeline: The lookup pipeline (from `pipelines.load_pipeline`).
         :param name: Tool name.
         :param description: Tool description (the evidence-first contract by default).
-        :param input_mapping: Tool argument → pipeline input sockets (default: `query` to the query transformer
-            and the recorder's `raw_query`, `session_id` to the query transformer).
-        :param output_mapping: Pipeline output → tool output (default: `recorder.result` as `result`).
+        :param input_mapping: Tool argument → pipeline input sockets (default: `query` to the `QueryTransformer`'s
+            `query` and the `TraceRecorder`'s `raw_query`, `session_id` to the `QueryTransformer`, whatever their
+            node names).
+        :param output_mapping: Pipeline output → tool output (default: the `TraceRecorder`'s `result` as `result`).
         :param parameters: JSON schema of the arguments (default: `query` required, `session_id` optional).
         :param outputs_to_string: How the result becomes the agent's string (default: `compact_result_json`).
         :param inputs_from_state: See `PipelineTool`.
         :param outputs_to_state: See `PipelineTool`.
         """
+        query_node, _ = node_of_type(pipeline, QueryTransformer)
+        recorder, _ = node_of_type(pipeline, TraceRecorder)
+        default_inputs = {
+            "query": [f"{query_node}.query", f"{recorder}.raw_query"],
+            "session_id": [f"{query_node}.session_id"],
+        }
         super().__init__(
             pipeline,
             name=name,
             description=description,
-            input_mapping=input_mapping or INPUT_MAPPING,
-            output_mapping=output_mapping or OUTPUT_MAPPING,
+            input_mapping=input_mapping or default_inputs,
+            output_mapping=output_mapping or {f"{recorder}.result": "result"},
             parameters=parameters or TOOL_PARAMETERS,
             outputs_to_string=outputs_to_string or {"source": "result", "handler": compact_result_json},
             inputs_from_state=inputs_from_state,

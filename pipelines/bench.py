@@ -20,9 +20,12 @@ from typing import Any
 from haystack import Pipeline
 from milvus_haystack import MilvusDocumentStore, MilvusEmbeddingRetriever
 
+from components.filtered_retry_retriever import FilteredRetryRetriever
 from components.offline_text_embedder import OfflineTextEmbedder
+from components.sidecar_retriever import SidecarRetriever
 from pipelines import load_pipeline, lookup
 from pipelines.indexing import KnowledgeIndexer
+from pipelines.loading import node_of_type
 from pipelines.settings import REPO_ROOT, Deployment
 
 
@@ -44,26 +47,6 @@ def _bare_pipeline(deployment: Deployment, collection: str, model: str, top_k: i
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def parse_override(spec: str) -> tuple[str, str, Any]:
-    """
-    Read one `component.param=value` override (the value as JSON, or a bare string).
-
-    :param spec: e.g. `retriever.top_k=30` or `retriever.lexical_normalization=best`.
-    :returns: The component, the parameter and the value.
-    :raises ValueError: If the spec is not `component.param=value`.
-    """
-    key, sep, raw = spec.partition("=")
-    component, dot, param = key.partition(".")
-    if not (sep and dot and component and param):
-        msg = f"override {spec!r} is not component.param=value; use e.g. retriever.top_k=30"
-        raise ValueError(msg)
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw
-    return component, param, value
 
 
 def run_bench(
@@ -88,19 +71,20 @@ def run_bench(
     deployment = Deployment.resolve(data_dir or tempfile.mkdtemp(prefix="lookup-bench-"))
     indexer = KnowledgeIndexer(deployment)
     summary = indexer.index(kb, progress=False)
-    collection, model = indexer.writer.collection_name, indexer.embedding_model
+    collection, model = indexer.collection.schema.collection_name, indexer.embedding_model
     indexer.close()
 
     full = load_pipeline(data_dir=deployment.data_dir, milvus_uri=deployment.milvus_uri)
+    retriever_name, retriever = node_of_type(full, FilteredRetryRetriever)
     local = load_pipeline(
         data_dir=deployment.data_dir,
         milvus_uri=deployment.milvus_uri,
-        component_params={"retriever": {"lexical_source": "local"}},
+        component_params={retriever_name: {"lexical_source": "local"}},
     )
     without_sidecar = load_pipeline(data_dir=deployment.data_dir, milvus_uri=deployment.milvus_uri)
-    without_sidecar.remove_component("sidecar")  # and its connections: the switched-off sidecar's whole cost
-    top_k = int(getattr(full.get_component("retriever"), "top_k", 10))
-    bare = _bare_pipeline(deployment, collection, model, top_k)
+    # and its connections: the switched-off sidecar's whole cost
+    without_sidecar.remove_component(node_of_type(without_sidecar, SidecarRetriever)[0])
+    bare = _bare_pipeline(deployment, collection, model, retriever.top_k)
     runners: dict[str, Callable[[str], object]] = {
         "bare_haystack": lambda q: bare.run({"embedder": {"text": q}}),
         "lookup_pipeline": lambda q: lookup(full, q),

@@ -94,7 +94,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from components.trace_store import TraceStore
+    from components.trace.trace_store import TraceStore
 
     deployment = Deployment.resolve(args.data_dir)
     store = TraceStore(deployment.trace_db_url)
@@ -134,12 +134,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from pipelines.evaluation import evaluate, format_table, plot_report
+    from pipelines.loading import component_params_from
     from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
 
     report = evaluate(
         args.dataset,
         data_dir=args.data_dir,
         pipeline_path=args.pipeline or DEFAULT_LOOKUP_PIPELINE,
+        component_params=component_params_from(args.set) or None,
         progress=not args.quiet,
         limit=args.limit,
     )
@@ -154,13 +156,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from pipelines.bench import parse_override, run_bench
+    from pipelines.bench import run_bench
+    from pipelines.loading import component_params_from
 
-    compare: dict[str, dict] = {}
-    for spec in args.compare:
-        component, param, value = parse_override(spec)
-        compare.setdefault(component, {})[param] = value
-    figures = run_bench(args.knowledge, rounds=args.rounds, compare=compare or None)
+    figures = run_bench(args.knowledge, rounds=args.rounds, compare=component_params_from(args.compare) or None)
     text = json.dumps(figures, ensure_ascii=False, indent=1)
     print(text)
     if args.json:
@@ -212,6 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--plot", default=None, help="write a PNG comparing the configs here")
     evaluate.add_argument("--pipeline", default=None, help="pipeline YAML measured as 'pipeline'")
     evaluate.add_argument("--limit", type=int, default=None, help="only the first N judged queries")
+    evaluate.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="COMPONENT.PARAM=VALUE",
+        help="measure the pipeline with this override (repeatable), e.g. sidecar.enabled=true sidecar.retriever=dense",
+    )
     evaluate.add_argument("--quiet", action="store_true", help="no progress bars")
     evaluate.set_defaults(func=cmd_eval)
 

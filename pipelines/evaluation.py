@@ -23,10 +23,15 @@ from haystack import Document, Pipeline
 from haystack.components.evaluators import DocumentMRREvaluator, DocumentNDCGEvaluator, DocumentRecallEvaluator
 from tqdm import tqdm
 
-from components.embedding_backends import get_backend
+from components.core.embedding_backends import get_backend
+from components.core.scores import document_key
 from components.filtered_retry_retriever import FilteredRetryRetriever
-from pipelines import load_pipeline
+from components.l0_hint_provider import L0HintProvider
+from components.rule_reranker import RuleReranker
+from components.sidecar_retriever import SidecarRetriever
+from pipelines import load_pipeline, lookup_inputs
 from pipelines.indexing import KnowledgeIndexer
+from pipelines.loading import find_node, node_of_type
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, Deployment
 
 CUTOFF = 10
@@ -111,36 +116,53 @@ class _Baselines:
     """The `dense` and `bm25` configs, reading the same collection (and BM25 path) as the pipeline."""
 
     def __init__(self, retriever: FilteredRetryRetriever, model: str) -> None:
-        self.retriever = retriever
-        self.store = retriever.chunk_store()
+        self.collection = retriever.collection
+        self.lexical_source = retriever.lexical_source
         self.backend = get_backend(model)
         self.top_k = retriever.top_k
-        self.doc_of = {r["id"]: r["doc_id"] for r in self.store.scan_metadata(keys=("doc_id",))}
+        self.doc_of = {r["id"]: r["doc_id"] for r in self.collection.scan(keys=("doc_id",))}
 
     def dense(self, query: str) -> list[str]:
         vector = self.backend.embed_queries([query])[0].tolist()
-        return [h["metadata"].get("doc_id", h["id"]) for h in self.store.search(vector, top_k=self.top_k)]
+        return [document_key(d.meta, d.id) for d in self.collection.dense_search(vector, self.top_k, path="sdk")]
 
     def bm25_search(self, query: str) -> list[str]:
-        pairs, _ = self.retriever.lexical_search(query, top_k=self.top_k)
+        pairs, _ = self.collection.lexical_search(query, self.top_k, source=self.lexical_source)
         return [self.doc_of.get(chunk, chunk) for chunk, _ in pairs]
 
 
-def _pipeline_runner(pipeline: Pipeline, l0_log: list[dict[str, Any]]) -> Callable[[str], list[str]]:
+@dataclass
+class _Observed:
+    """What one pipeline run showed besides its ranking: L0 and retry decisions, and the sidecar's report."""
+
+    category_filter: str
+    fallback_reason: str | None
+    selected_attempt: str | None
+    sidecar: dict[str, Any] | None
+    chunk_docs: list[tuple[str, str]]  # (evidence key, document) of every reranked candidate, in rank order
+
+
+def _pipeline_runner(pipeline: Pipeline, log: list[_Observed]) -> Callable[[str], list[str]]:
+    l0, _ = node_of_type(pipeline, L0HintProvider)
+    retriever, _ = node_of_type(pipeline, FilteredRetryRetriever)
+    reranker, _ = node_of_type(pipeline, RuleReranker)
+    sidecar = find_node(pipeline, SidecarRetriever)
+    wanted = {reranker, retriever, l0} | ({sidecar} if sidecar else set())
+
     def run(query: str) -> list[str]:
-        out = pipeline.run(
-            {"query_transformer": {"query": query}, "recorder": {"raw_query": query}},
-            include_outputs_from={"reranker", "retriever", "l0"},
+        out = pipeline.run(lookup_inputs(pipeline, query), include_outputs_from=wanted)
+        trace = out[retriever]["retrieval_trace"]
+        ranked = out[reranker]["documents"]
+        log.append(
+            _Observed(
+                category_filter=out[l0]["category_filter"],
+                fallback_reason=trace["fallback_reason"],
+                selected_attempt=trace["selected_attempt"],
+                sidecar=out[sidecar]["sidecar"] if sidecar else None,
+                chunk_docs=[(str(d.meta.get("evidence_key") or d.id), document_key(d.meta, d.id)) for d in ranked],
+            )
         )
-        trace = out["retriever"]["retrieval_trace"]
-        l0_log.append(
-            {
-                "category_filter": out["l0"]["category_filter"],
-                "fallback_reason": trace["fallback_reason"],
-                "selected_attempt": trace["selected_attempt"],
-            }
-        )
-        return [d.meta.get("doc_id") or d.meta.get("source") or d.id for d in out["reranker"]["documents"]]
+        return [doc for _, doc in log[-1].chunk_docs]
 
     return run
 
@@ -191,12 +213,9 @@ def evaluate(
         trace_db_url=deployment.trace_db_url,
         component_params=component_params,
     )
-    retriever = pipeline.get_component("retriever")
-    if not isinstance(retriever, FilteredRetryRetriever):
-        msg = f"{pipeline_path} must have a FilteredRetryRetriever named 'retriever'"
-        raise ValueError(msg)
-    l0_log: list[dict[str, Any]] = []
-    runners: dict[str, Callable[[str], list[str]]] = {"pipeline": _pipeline_runner(pipeline, l0_log)}
+    _, retriever = node_of_type(pipeline, FilteredRetryRetriever)
+    observed: list[_Observed] = []
+    runners: dict[str, Callable[[str], list[str]]] = {"pipeline": _pipeline_runner(pipeline, observed)}
     if baselines:
         # the baselines read the same collection, schema and connection as the pipeline
         plain = _Baselines(retriever, model)
@@ -223,8 +242,9 @@ def evaluate(
         "unjudged_left_out": len([q for q in queries if not q.expected]),
         "index": summary.as_dict(),
         "configs": configs,
-        "l0": _l0_stats(judged, l0_log, rankings["pipeline"]),
+        "l0": _l0_stats(judged, observed, rankings["pipeline"]),
         "by_type": scores_by_type(judged, rankings),
+        "sidecar": sidecar_stats(judged, observed),
     }
 
 
@@ -254,21 +274,71 @@ def scores_by_type(judged: list[EvalQuery], rankings: dict[str, list[list[str]]]
     }
 
 
-def _l0_stats(judged: list[EvalQuery], log: list[dict[str, Any]], rankings: list[list[str]]) -> dict[str, Any]:
+def _l0_stats(judged: list[EvalQuery], log: list[_Observed], rankings: list[list[str]]) -> dict[str, Any]:
     n = len(log) or 1
-    filtered = [(q, entry) for q, entry in zip(judged, log, strict=True) if entry["category_filter"]]
-    correct = [q for q, entry in filtered if entry["category_filter"] in q.gold_categories]
+    filtered = [(q, entry) for q, entry in zip(judged, log, strict=True) if entry.category_filter]
+    correct = [q for q, entry in filtered if entry.category_filter in q.gold_categories]
     per_attempt: dict[str, Any] = {}
     for attempt in ("filtered", "unfiltered"):
-        picked = [i for i, entry in enumerate(log) if entry["selected_attempt"] == attempt]
+        picked = [i for i, entry in enumerate(log) if entry.selected_attempt == attempt]
         if picked:
             scores = score_rankings([rankings[i] for i in picked], [judged[i].expected for i in picked])
             per_attempt[attempt] = {"queries": len(picked), "ndcg@10": round(scores["ndcg@10"], 4)}
     return {
         "filter_rate": round(len(filtered) / n, 4),
         "filter_precision": round(len(correct) / len(filtered), 4) if filtered else None,
-        "retry_rate": round(sum(1 for entry in log if entry["fallback_reason"]) / n, 4),
+        "retry_rate": round(sum(1 for entry in log if entry.fallback_reason) / n, 4),
         "selected_attempt_quality": per_attempt,
+    }
+
+
+def sidecar_stats(judged: list[EvalQuery], log: list[_Observed]) -> dict[str, Any] | None:
+    """
+    Aggregate the sidecar's comparison reports over a whole set, against the judgments.
+
+    For every query the sidecar compared (status `ok`), its top `k` rows are set against the main ranking's top `k`
+    chunks (`k` = the sidecar's `top_k`): the chunk overlap, and whether one side found a judged-relevant document
+    that the other side's top `k` lacks.
+
+    :param judged: The judged queries.
+    :param log: What each pipeline run showed, aligned with `judged`.
+    :returns: `{retriever, mode, collection, k, queries, status, mean_overlap_at_k, sidecar_found_main_missed,
+        main_found_sidecar_missed, latency_ms_p50}` (rates over the compared queries), or None when the pipeline
+        has no sidecar or it is off.
+    """
+    reports = [entry.sidecar for entry in log]
+    first = next((r for r in reports if r and r.get("enabled")), None)
+    if first is None:
+        return None
+    status: dict[str, int] = {}
+    overlaps, sidecar_only, main_only, latencies = [], 0, 0, []
+    k = 0
+    for query, entry, report in zip(judged, log, reports, strict=True):
+        state = (report or {}).get("status", "off")
+        status[state] = status.get(state, 0) + 1
+        if state != "ok" or report is None:
+            continue
+        rows = report["rows"]
+        k = max(k, len(rows), report["comparison"]["main_count"])
+        gold = set(query.expected)
+        main_docs = {doc for _, doc in entry.chunk_docs[: report["comparison"]["main_count"]]}
+        side_docs = {row["doc_id"] for row in rows}
+        overlaps.append(report["comparison"]["overlap_ratio"])
+        sidecar_only += bool((side_docs - main_docs) & gold)
+        main_only += bool((main_docs - side_docs) & gold)
+        latencies.append(report["latency_ms"])
+    compared = len(overlaps)
+    return {
+        "retriever": first.get("retriever"),
+        "mode": first.get("mode"),
+        "collection": first.get("collection"),
+        "k": k,
+        "queries": len(log),
+        "status": status,
+        "mean_overlap_at_k": round(statistics.mean(overlaps), 4) if compared else None,
+        "sidecar_found_main_missed": round(sidecar_only / compared, 4) if compared else None,
+        "main_found_sidecar_missed": round(main_only / compared, 4) if compared else None,
+        "latency_ms_p50": round(statistics.median(latencies), 2) if compared else None,
     }
 
 
@@ -295,6 +365,19 @@ def format_table(report: dict[str, Any]) -> str:
     for kind, group in report.get("by_type", {}).items():
         scores = ", ".join(f"{name} {value:.3f}" for name, value in group["ndcg@10"].items())
         lines.append(f"  nDCG@10 on {kind} ({group['queries']} queries): {scores}")
+    side = report.get("sidecar")
+    if side:
+        what = " ".join(str(part) for part in (side["retriever"], side["mode"] or "", f"on {side['collection']}"))
+        compared = side["status"].get("ok", 0)
+        if compared:
+            lines.append(
+                f"Sidecar ({what}): {compared} of {side['queries']} queries compared, mean overlap@{side['k']} "
+                f"{side['mean_overlap_at_k']:.3f}; found a judged document the main path missed in "
+                f"{side['sidecar_found_main_missed']:.1%} of them, the main path one the sidecar missed in "
+                f"{side['main_found_sidecar_missed']:.1%}"
+            )
+        else:
+            lines.append(f"Sidecar ({what}): nothing compared ({side['status']})")
     return "\n".join(lines)
 
 

@@ -9,19 +9,19 @@ retriever returns only chunks of the active version, so old and new chunks of a 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from haystack import Document, Pipeline, logging
 from tqdm import tqdm
 
-from components.embedding_backends import model_dimension
-from components.knowledge_index import IndexedDocument, KnowledgeIndex, term_category_counts
-from components.markdown_loader import KnowledgeFileError, file_version, parse_knowledge_file
+from components.core.embedding_backends import model_dimension
+from components.markdown_loader import KnowledgeFileError, MarkdownKnowledgeLoader, file_version, parse_knowledge_file
 from components.milvus_chunk_writer import MilvusChunkWriter
 from components.offline_document_embedder import OfflineDocumentEmbedder
-from pipelines.loading import load_pipeline_file
+from components.store.knowledge_index import IndexedDocument, KnowledgeIndex, term_category_counts
+from pipelines.loading import load_pipeline_file, node_of_type
 from pipelines.settings import DEFAULT_INDEXING_PIPELINE, Deployment
 
 logger = logging.getLogger(__name__)
@@ -123,21 +123,21 @@ class KnowledgeIndexer:
         :param pipeline_path: The indexing pipeline YAML.
         :param component_params: Per-component init parameter overrides.
         :param files_per_batch: Files run through the pipeline together (the unit of progress and of failure).
-        :raises ValueError: If the embedder's dimension does not match the collection's.
+        :raises ValueError: If the pipeline lacks a loader, embedder or writer, or the embedder's dimension does not
+            match the collection's.
         """
         self.deployment = deployment
         self.pipeline: Pipeline = load_pipeline_file(pipeline_path, deployment, component_params)
-        writer = self.pipeline.get_component("writer")
-        embedder = self.pipeline.get_component("embedder")
-        if not isinstance(writer, MilvusChunkWriter) or not isinstance(embedder, OfflineDocumentEmbedder):
-            msg = f"{pipeline_path} must have a MilvusChunkWriter 'writer' and an OfflineDocumentEmbedder 'embedder'"
-            raise ValueError(msg)
-        self.writer = writer
+        self._loader, _ = node_of_type(self.pipeline, MarkdownKnowledgeLoader)
+        self._embedder, embedder = node_of_type(self.pipeline, OfflineDocumentEmbedder)
+        self._writer, self.writer = node_of_type(self.pipeline, MilvusChunkWriter)
+        self.collection = self.writer.collection
         self.embedding_model = embedder.model
-        if model_dimension(self.embedding_model) != self.writer.dimension:
+        dimension = self.collection.schema.dimension
+        if model_dimension(self.embedding_model) != dimension:
             msg = (
-                f"writer.dimension={self.writer.dimension} does not match embedder.model={self.embedding_model!r} "
-                f"({model_dimension(self.embedding_model)}); set the writer's dimension to the model's"
+                f"the writer's collection has dimension {dimension}, the embedder's model {self.embedding_model!r} "
+                f"makes {model_dimension(self.embedding_model)}; set the collection's dimension to the model's"
             )
             raise ValueError(msg)
         self.files_per_batch = files_per_batch
@@ -145,11 +145,11 @@ class KnowledgeIndexer:
     def _previous(self, rebuild: bool) -> KnowledgeIndex:
         previous = KnowledgeIndex.load(self.deployment.index_path)
         same_store = (
-            previous.milvus_uri == self.writer.uri
-            and previous.collection_name == self.writer.collection_name
+            previous.milvus_uri == self.collection.uri
+            and previous.collection_name == self.collection.schema.collection_name
             and previous.embedding_model == self.embedding_model
         )
-        if rebuild or not same_store or not self.writer.store.exists():
+        if rebuild or not same_store or not self.collection.exists():
             return KnowledgeIndex()
         return previous
 
@@ -157,7 +157,8 @@ class KnowledgeIndexer:
         sources = [str(p) for p in batch]
         try:
             out = self.pipeline.run(
-                {"loader": {"sources": sources, "root": str(root)}}, include_outputs_from={"loader", "embedder"}
+                {self._loader: {"sources": sources, "root": str(root)}},
+                include_outputs_from={self._loader, self._embedder},
             )
         except Exception as err:  # e.g. the embedder failed: nothing of this batch was written
             reason = str(getattr(err, "__cause__", None) or err)
@@ -166,15 +167,14 @@ class KnowledgeIndexer:
                 {"source": p.relative_to(root).as_posix(), "reason": f"indexing failed: {reason}"} for p in batch
             )
             return []
-        summary.failures.extend(out["loader"]["failures"])
-        summary.failures.extend(out["writer"]["failures"])
-        summary.characters += out.get("embedder", {}).get("meta", {}).get("characters", 0)
-        written = {d["source"]: d["chunks"] for d in out["writer"]["documents_written"]}
+        loaded, stored = out[self._loader], out[self._writer]
+        summary.failures.extend(loaded["failures"])
+        summary.failures.extend(stored["failures"])
+        summary.characters += out.get(self._embedder, {}).get("meta", {}).get("characters", 0)
+        written = {d["source"]: d["chunks"] for d in stored["documents_written"]}
         summary.chunks += sum(written.values())
         return [
-            _entry(doc, written[doc.meta["source"]])
-            for doc in out["loader"]["documents"]
-            if doc.meta["source"] in written
+            _entry(doc, written[doc.meta["source"]]) for doc in loaded["documents"] if doc.meta["source"] in written
         ]
 
     def index(self, knowledge_dir: str | Path, rebuild: bool = False, progress: bool = True) -> IndexSummary:
@@ -193,7 +193,7 @@ class KnowledgeIndexer:
             msg = f"knowledge folder {root} does not exist"
             raise FileNotFoundError(msg)
         if rebuild:
-            self.writer.store.drop()
+            self.collection.drop()
         previous = self._previous(rebuild)
         self.writer.warm_up()
         old = previous.by_source()
@@ -222,8 +222,9 @@ class KnowledgeIndexer:
         active.update(fresh)
         unchanged = not fresh and not summary.deleted and bool(previous.term_categories)
         index = KnowledgeIndex(
-            milvus_uri=self.writer.uri,
-            collection_name=self.writer.collection_name,
+            milvus_uri=self.collection.uri,
+            collection_name=self.collection.schema.collection_name,
+            collection_schema=asdict(self.collection.schema),
             embedding_model=self.embedding_model,
             documents=sorted(active.values(), key=lambda d: d.source),
             term_categories=(
@@ -240,7 +241,7 @@ class KnowledgeIndexer:
             except Exception as err:  # harmless: stale chunks are never returned and the next run retries
                 logger.warning("Removing superseded chunks failed: {error}", error=err)
                 summary.cleanup_error = str(err)
-        self.writer.store.flush()
+        self.collection.store.flush()
         summary.seconds = time.perf_counter() - started
         return summary
 

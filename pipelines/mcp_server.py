@@ -1,8 +1,8 @@
 """`lookup_knowledge` as an MCP server (the `mcp` SDK's `MCPServer`), over stdio or streamable HTTP.
 
 ```bash
-python -m pipelines.mcp_server                                  # stdio, ./data
-python -m pipelines.mcp_server --transport http --port 8765     # http://127.0.0.1:8765/mcp
+lookup-knowledge serve                                  # stdio, ./data
+lookup-knowledge serve --transport http --port 8765     # http://127.0.0.1:8765/mcp
 ```
 
 The lookup pipeline is loaded once at start-up. The tool takes `query` and an optional `session_id` and returns the
@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging as stdlib_logging
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Literal
@@ -41,7 +41,7 @@ from pipelines.agent_tool import (
 )
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, DEFAULT_MCP_HOST, DEFAULT_MCP_PORT
 
-__all__ = ["build_server", "main", "serve"]
+__all__ = ["build_server", "serve"]
 
 logger = logging.getLogger(__name__)
 
@@ -158,19 +158,3 @@ def serve(
         path=HTTP_PATH,
     )
     server.run("streamable-http", host=host, port=port, streamable_http_path=HTTP_PATH)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """
-    Run the server from the command line: `python -m pipelines.mcp_server` is `lookup-knowledge serve`.
-
-    :param argv: Arguments (default: `sys.argv[1:]`).
-    :returns: The exit code of `lookup-knowledge serve`.
-    """
-    from pipelines.cli import main as cli_main
-
-    return cli_main(["serve", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,7 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-export HAYSTACK_TELEMETRY_ENABLED=False
 .venv/bin/lookup-knowledge index --knowledge knowledge
 if .venv/bin/lookup-knowledge --help | grep -q " ask "; then
   for q in "磁盘满了怎么办" "a customer was charged twice for one order" "how long do refunds take?"; do

@@ -4,7 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
-export HAYSTACK_TELEMETRY_ENABLED=False
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy

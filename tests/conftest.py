@@ -1,12 +1,9 @@
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
-
-os.environ["HAYSTACK_TELEMETRY_ENABLED"] = "False"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KNOWLEDGE_DIR = REPO_ROOT / "knowledge"

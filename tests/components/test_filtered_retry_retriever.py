@@ -1,26 +1,22 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
-from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 
-from components.bm25_index import TermStatistics, tokenize
-from components.embedding_backends import get_backend
-from components.filtered_retry_retriever import (
-    LOW_QUALITY,
-    NO_EVIDENCE,
-    FilteredRetryRetriever,
-    normalized_similarity,
-    raw_from_normalized,
-)
-from components.knowledge_index import KnowledgeIndex
-from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore
-from components.milvus_chunk_writer import MilvusChunkWriter
+from components.core.embedding_backends import get_backend
+from components.core.scores import normalized_similarity
+from components.filtered_retry_retriever import LOW_QUALITY, NO_EVIDENCE, FilteredRetryRetriever
+from components.store.knowledge_collection import KnowledgeCollection
+from components.store.knowledge_index import KnowledgeIndex
+from components.store.lexical import TermStatistics, tokenize
+from components.store.milvus_chunk_store import MilvusChunkStore
+from components.store.schema import CollectionSchema
 from tests.conftest import index_tiny_kb
 
 DISK_QUESTION = "the disk on a node is full, what should I do"
@@ -43,14 +39,20 @@ def disk_vector() -> list[float]:
     return embed(DISK_QUESTION)
 
 
+COLLECTION_PARAMS = set(inspect.signature(KnowledgeCollection.__init__).parameters) - {"self"}
+# what these tests were written against: dense only, ten candidates, no evidence floor (each test says what differs)
+POLICY = {"top_k": 10, "reference_threshold": 0.9, "evidence_threshold": 0.0, "lexical_weight": 0.0}
+
+
 @pytest.fixture
 def make_retriever(data_dir):
+    """A retriever on the tiny knowledge base; collection parameters among `kwargs` go to its collection."""
     made: list[FilteredRetryRetriever] = []
 
     def make(**kwargs) -> FilteredRetryRetriever:
         params = {"uri": str(data_dir / "milvus.db"), "index_path": str(data_dir / "knowledge_index.json")}
-        params.update(kwargs)
-        retriever = FilteredRetryRetriever(**params)
+        params.update({k: kwargs.pop(k) for k in list(kwargs) if k in COLLECTION_PARAMS})
+        retriever = FilteredRetryRetriever(KnowledgeCollection(**params), **{**POLICY, **kwargs})
         made.append(retriever)
         return retriever
 
@@ -63,31 +65,33 @@ def attempt_names(out: dict) -> list[str]:
     return [a["name"] for a in out["retrieval_trace"]["attempts"]]
 
 
+def lexical(retriever: FilteredRetryRetriever, query: str, top_k: int) -> list[tuple[str, float]]:
+    """The BM25 hits the retriever's collection gives on the retriever's lexical source."""
+    return retriever.collection.lexical_search(query, top_k, source=retriever.lexical_source)[0]
+
+
 class TestFilteredRetryRetriever:
     # --- init, validation, serialization ---------------------------------------------------------------------
 
     def test_init_defaults(self):
         retriever = FilteredRetryRetriever()
-        assert retriever.uri == "data/milvus.db"
-        assert retriever.index_path == "data/knowledge_index.json"
-        assert retriever.collection_name == "knowledge_chunks"
-        assert retriever.metric_type == "L2"
-        assert (retriever.id_field, retriever.content_field) == ("id", "content")
-        assert (retriever.vector_field, retriever.metadata_field) == ("vector", "metadata")
+        assert isinstance(retriever.collection, KnowledgeCollection)
+        assert retriever.collection.uri == "data/milvus.db"
+        assert retriever.collection.index_path == "data/knowledge_index.json"
         assert retriever.category_key == "category"
         assert retriever.mode == "auto"
-        assert retriever.top_k == 10
+        # the shipped pipelines.yaml values (tests/pipelines/test_lookup_pipeline.py checks the two agree)
+        assert retriever.top_k == 60
         assert retriever.search_depth is None
-        assert retriever.reference_threshold == 0.9
-        assert retriever.evidence_threshold == 0.0
-        assert retriever.lexical_weight == 0.0
+        assert retriever.reference_threshold == 0.94
+        assert retriever.evidence_threshold == 0.88
+        assert retriever.lexical_weight == 0.15
         assert retriever.lexical_source == "auto"
         assert retriever.lexical_normalization == "ideal"
         assert retriever.enabled is True
-        assert retriever.token_env_var == "MILVUS_TOKEN"
 
     def test_init_does_not_connect(self, tmp_path):
-        FilteredRetryRetriever(uri=str(tmp_path / "nowhere" / "milvus.db"))
+        FilteredRetryRetriever(KnowledgeCollection(uri=str(tmp_path / "nowhere" / "milvus.db")))
         assert not (tmp_path / "nowhere").exists()
 
     @pytest.mark.parametrize(
@@ -102,9 +106,6 @@ class TestFilteredRetryRetriever:
             ({"reference_threshold": 1.5}, "reference_threshold=1.5"),
             ({"reference_threshold": -0.1}, r"reference_threshold=-0\.1"),
             ({"evidence_threshold": 2.0}, r"evidence_threshold=2\.0"),
-            ({"metric_type": "HAMMING"}, "metric_type='HAMMING'"),
-            ({"id_field": "1bad"}, "id_field='1bad'"),
-            ({"collection_name": "bad-name"}, "collection_name='bad-name'"),
             ({"category_key": 'category"]'}, "metadata key"),
         ],
     )
@@ -113,15 +114,8 @@ class TestFilteredRetryRetriever:
             FilteredRetryRetriever(**kwargs)
 
     def test_to_dict_from_dict_keeps_every_parameter(self):
+        collection = KnowledgeCollection(uri="http://127.0.0.1:19530", collection_name="kb_other", metric_type="IP")
         params = {
-            "uri": "http://127.0.0.1:19530",
-            "index_path": "/srv/kb/knowledge_index.json",
-            "collection_name": "kb_other",
-            "metric_type": "COSINE",
-            "id_field": "pk",
-            "content_field": "text",
-            "vector_field": "emb",
-            "metadata_field": "meta_json",
             "category_key": "section",
             "mode": "sdk",
             "top_k": 4,
@@ -132,39 +126,18 @@ class TestFilteredRetryRetriever:
             "lexical_source": "local",
             "lexical_normalization": "best",
             "enabled": False,
-            "token_env_var": "OTHER_TOKEN",
         }
-        data = component_to_dict(FilteredRetryRetriever(**params), "retriever")
-        assert data["init_parameters"] == params
+        data = component_to_dict(FilteredRetryRetriever(collection, **params), "retriever")
+        assert data["init_parameters"] == {"collection": collection.to_dict(), **params}
         restored = component_from_dict(FilteredRetryRetriever, data, "retriever")
         assert {name: getattr(restored, name) for name in params} == params
+        assert restored.collection.to_dict() == collection.to_dict()
 
-    # --- pure score mapping --------------------------------------------------------------------------------------
-
-    def test_normalized_similarity_fixed_points(self):
-        assert normalized_similarity(0.0, "L2") == 1.0
-        assert normalized_similarity(4.0, "L2") == 0.0
-        assert normalized_similarity(2.0, "L2") == pytest.approx(0.5)
-        assert normalized_similarity(1.0, "COSINE") == 1.0
-        assert normalized_similarity(-1.0, "COSINE") == 0.0
-        assert normalized_similarity(0.0, "IP") == pytest.approx(0.5)
-
-    def test_normalized_similarity_is_clipped(self):
-        assert normalized_similarity(5.0, "L2") == 0.0
-        assert normalized_similarity(-0.5, "L2") == 1.0
-        assert normalized_similarity(1.2, "IP") == 1.0
-        assert normalized_similarity(-3.0, "IP") == 0.0
-
-    @pytest.mark.parametrize("distance", [0.0, 0.3, 1.0, 1.7, 2.5, 4.0])
-    def test_l2_and_cosine_agree_for_unit_vectors(self, distance):
-        cosine = 1 - distance / 2  # Milvus' L2 value for unit vectors is 2 - 2cos
-        assert normalized_similarity(distance, "L2") == pytest.approx(normalized_similarity(cosine, "COSINE"))
-
-    @pytest.mark.parametrize("metric", ["L2", "COSINE", "IP"])
-    @pytest.mark.parametrize("similarity", [0.0, 0.25, 0.5, 0.9, 1.0])
-    def test_raw_from_normalized_inverts(self, metric, similarity):
-        raw = raw_from_normalized(similarity, metric)
-        assert normalized_similarity(raw, metric) == pytest.approx(similarity)
+    def test_from_dict_accepts_only_a_knowledge_collection(self):
+        data = component_to_dict(FilteredRetryRetriever(), "retriever")
+        data["init_parameters"]["collection"]["type"] = "builtins.dict"
+        with pytest.raises(Exception, match="KnowledgeCollection"):
+            component_from_dict(FilteredRetryRetriever, data, "retriever")
 
     # --- run behaviour against a real Milvus Lite store -----------------------------------------------------------
 
@@ -297,9 +270,8 @@ class TestFilteredRetryRetriever:
         assert len(out["candidates"]) == 3
 
     def test_disabled_runs_no_attempt(self, disk_vector, tmp_path):
-        retriever = FilteredRetryRetriever(
-            uri=str(tmp_path / "milvus.db"), index_path=str(tmp_path / "index.json"), enabled=False
-        )
+        collection = KnowledgeCollection(uri=str(tmp_path / "milvus.db"), index_path=str(tmp_path / "index.json"))
+        retriever = FilteredRetryRetriever(collection, enabled=False)
         out = retriever.run(query_embedding=disk_vector, category_filter="alerts")
         trace = out["retrieval_trace"]
         assert out["candidates"] == []
@@ -308,7 +280,9 @@ class TestFilteredRetryRetriever:
         assert not (tmp_path / "milvus.db").exists()
 
     def test_empty_query_embedding_runs_no_attempt(self, tmp_path):
-        retriever = FilteredRetryRetriever(uri=str(tmp_path / "milvus.db"), index_path=str(tmp_path / "index.json"))
+        retriever = FilteredRetryRetriever(
+            KnowledgeCollection(uri=str(tmp_path / "milvus.db"), index_path=str(tmp_path / "index.json"))
+        )
         out = retriever.run(query_embedding=[], category_filter="alerts")
         assert out["candidates"] == []
         assert out["retrieval_trace"]["attempts"] == []
@@ -368,7 +342,7 @@ class TestFilteredRetryRetriever:
         def broken(*args, **kwargs):
             raise RuntimeError("boom")
 
-        monkeypatch.setattr(retriever, "_search_haystack", broken)
+        monkeypatch.setattr(retriever.collection, "_search_haystack", broken)
         out = retriever.run(query_embedding=disk_vector, category_filter="alerts")
         trace = out["retrieval_trace"]
         assert trace["selected_attempt"] == "filtered"
@@ -550,8 +524,8 @@ class TestFilteredRetryRetriever:
     def test_ideal_normalization_divides_by_the_query_terms_largest_score(self, make_retriever, disk_vector, source):
         retriever = make_retriever(top_k=3, lexical_weight=0.1, lexical_source=source)
         out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
-        pairs, _ = retriever.lexical_search(DISK_QUESTION, top_k=3)
-        rows = retriever.chunk_store().scan_metadata(with_content=True)
+        pairs = lexical(retriever, DISK_QUESTION, 3)
+        rows = retriever.collection.scan(with_content=True)
         ideal = TermStatistics(tokenize(r["content"]) for r in rows).ideal_score(tokenize(DISK_QUESTION))
         bonus = {d.id: d.meta["lexical_score"] for d in out["candidates"] if "lexical_score" in d.meta}
         assert bonus
@@ -564,7 +538,7 @@ class TestFilteredRetryRetriever:
     def test_best_normalization_gives_the_best_lexical_hit_the_full_weight(self, make_retriever, disk_vector):
         retriever = make_retriever(top_k=3, lexical_weight=0.1, lexical_normalization="best")
         out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
-        (best_chunk, _), *_ = retriever.lexical_search(DISK_QUESTION, top_k=3)[0]
+        (best_chunk, _), *_ = lexical(retriever, DISK_QUESTION, 3)
         assert {d.id: d.meta["lexical_score"] for d in out["candidates"]}[best_chunk] == pytest.approx(0.1)
 
     def test_term_statistics_follow_an_index_change(self, make_retriever, data_dir, disk_vector, tmp_path):
@@ -573,11 +547,11 @@ class TestFilteredRetryRetriever:
         index.save(index_path)
         retriever = make_retriever(lexical_weight=0.1, lexical_source="milvus", index_path=str(index_path))
         retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
-        before = retriever._term_statistics()
-        assert retriever._term_statistics() is before  # read once per index change, not per lookup
+        before = retriever.collection.term_statistics("milvus")
+        assert retriever.collection.term_statistics("milvus") is before  # once per index change, not per lookup
         index.embedding_model = "re-indexed"
         index.save(index_path)
-        assert retriever._term_statistics() is not before
+        assert retriever.collection.term_statistics("milvus") is not before
 
     def test_chunks_found_only_by_bm25_join_with_their_own_similarity(self, make_retriever):
         query = "Pro plan API access seats"
@@ -606,7 +580,7 @@ class TestFilteredRetryRetriever:
         """A copy of the indexed collection without the BM25 fields, as a Milvus before 2.5 would hold it."""
         uri = str(data_dir / "milvus.db")
         source = MilvusChunkStore(uri, CollectionSchema())
-        target = MilvusChunkStore(uri, CollectionSchema(collection_name=name))
+        target = MilvusChunkStore(uri, CollectionSchema(collection_name=name, lexical_field="", sparse_field=""))
         try:
             source.load()
             fields = ["id", "content", "vector", "metadata"]
@@ -623,64 +597,10 @@ class TestFilteredRetryRetriever:
     @pytest.mark.integration
     def test_bm25_runs_inside_milvus_when_the_collection_has_full_text(self, make_retriever, disk_vector):
         retriever = make_retriever(lexical_weight=0.1)
-        assert retriever.chunk_store().full_text_fields() == ("lexical", "sparse")
+        assert retriever.collection.full_text_field() == "sparse"
         out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
         assert [a["lexical_path"] for a in out["retrieval_trace"]["attempts"]] == ["milvus"]
         assert any(d.meta.get("lexical_score", 0) > 0 for d in out["candidates"])
-
-    @pytest.mark.integration
-    @pytest.mark.parametrize("query", ["Pro plan API access seats", "退款多久到账", "disk full node"])
-    def test_milvus_and_in_process_bm25_rank_alike(self, make_retriever, query):
-        in_milvus, path = make_retriever(lexical_source="milvus").lexical_search(query, top_k=5)
-        in_process, local = make_retriever(lexical_source="local").lexical_search(query, top_k=5)
-        assert (path, local) == ("milvus", "local")
-        assert in_milvus, query
-        assert [cid for cid, _ in in_milvus] == [cid for cid, _ in in_process]
-        # the in-process index reports Milvus' scale (bm25s times k1 + 1), so the ideal-score ratio is path-free
-        assert [s for _, s in in_milvus] == pytest.approx([s for _, s in in_process], rel=0.02)
-
-    @pytest.mark.integration
-    def test_milvus_and_in_process_bm25_agree_on_length_normalization(self, make_retriever, data_dir):
-        """Chunks of very different lengths: the two paths only agree if k1 and b are the same on both."""
-        filler = " ".join(f"filler{i}" for i in range(120))
-        texts = ["zebra crossing", f"zebra crossing {filler}", f"zebra zebra crossing {filler} {filler}"]
-        writer = MilvusChunkWriter(uri=str(data_dir / "milvus.db"), collection_name="lengths")
-        try:
-            writer.store.drop()
-            writer.run(
-                documents=[
-                    Document(
-                        id=f"lengths/{i}.md@v1#0",
-                        content=text,
-                        embedding=[1.0] + [0.0] * 383,
-                        meta={"source": f"lengths/{i}.md", "chunk_index": 0},
-                    )
-                    for i, text in enumerate(texts)
-                ]
-            )
-            writer.store.flush()
-        finally:
-            writer.close()
-        ratios = {}
-        for source in ("milvus", "local"):
-            pairs, _ = make_retriever(collection_name="lengths", lexical_source=source).lexical_search("zebra", top_k=3)
-            ratios[source] = {cid: score / pairs[0][1] for cid, score in pairs}
-        assert set(ratios["milvus"]) == set(ratios["local"]) == {f"lengths/{i}.md@v1#0" for i in range(3)}
-        assert ratios["milvus"] == pytest.approx(ratios["local"], rel=0.02)
-        assert min(ratios["local"].values()) < 0.8  # length normalization really separates them
-
-    @pytest.mark.integration
-    def test_milvus_bm25_respects_the_category_filter(self, make_retriever):
-        retriever = make_retriever(lexical_source="milvus")
-        filtered, _ = retriever.lexical_search("plan seats and seven days", "alerts", top_k=5)
-        unfiltered, _ = retriever.lexical_search("plan seats and seven days", top_k=5)
-        categories = {r["id"]: r["category"] for r in retriever.chunk_store().scan_metadata(keys=("category",))}
-        assert {categories[cid] for cid, _ in filtered} == {"alerts"}
-        assert {categories[cid] for cid, _ in unfiltered} == {"alerts", "product-faq"}
-
-    @pytest.mark.integration
-    def test_query_without_terms_finds_nothing_lexically(self, make_retriever):
-        assert make_retriever(lexical_source="milvus").lexical_search("the of and ?!", top_k=5) == ([], "milvus")
 
     @pytest.mark.integration
     def test_auto_uses_in_process_bm25_on_a_collection_without_full_text(self, make_retriever, data_dir, disk_vector):
@@ -701,5 +621,3 @@ class TestFilteredRetryRetriever:
         out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
         assert "no BM25 full-text field" in out["retrieval_trace"]["attempts"][0]["error"]
         assert out["candidates"] == []
-        with pytest.raises(LookupError, match="lexical_source"):
-            retriever.lexical_search("disk", top_k=3)

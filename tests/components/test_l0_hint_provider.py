@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from haystack.core.serialization import component_from_dict, component_to_dict
 
-from components.knowledge_index import IndexedDocument, KnowledgeIndex
 from components.l0_hint_provider import L0HintProvider
+from components.store.knowledge_index import IndexedDocument, KnowledgeIndex
 
 
 def _doc(doc_id: str, **fields) -> IndexedDocument:

@@ -10,7 +10,7 @@ from haystack.core.serialization import component_from_dict, component_to_dict
 from pydantic import ValidationError
 
 from components.context_packer import ContextPacker
-from components.lookup_result import LookupResult
+from components.core.lookup_result import LookupResult
 from components.lookup_result_assembler import LookupResultAssembler
 
 RESULT_KEYS = {
@@ -122,7 +122,7 @@ def _rerank(docs: list[Document]) -> dict[str, Any]:
     return {
         "weights": {"title": 0.03, "keyword": 0.02, "domain": 0.01, "l0_document": 0.02},
         "max_boost": 0.06,
-        "items": [
+        "candidates": [
             {
                 "rank": rank,
                 "source": d.meta["source"],
@@ -163,7 +163,7 @@ def _keys_recursive(value: Any) -> set[str]:
 class TestLookupResultAssembler:
     def test_init_defaults(self):
         assembler = LookupResultAssembler()
-        assert assembler.high_relevance_threshold == 0.93
+        assert assembler.high_relevance_threshold == 0.955
         assert assembler.preview_chars == 160
 
     def test_init_boundaries_are_valid(self):
@@ -355,9 +355,13 @@ class TestLookupResultAssembler:
         assert result["contextPack"]["usedChars"] == 0
         assert result["retrievalTrace"]["attempts"][0]["candidateCount"] == 2
         assert result["retrievalTrace"]["fallbackReason"] == "filtered_vector_low_quality"
-        assert [i["evidenceKey"] for i in result["rerankTrace"]["items"]] == ["alerts/doc1.md#1", "alerts/doc2.md#2"]
+        assert result["rerankTrace"]["items"] == []  # nothing was returned
         assert result["relevanceLevel"] == "none"
         details = out["details"]
+        assert [c["evidence_key"] for c in details["rerank_trace"]["candidates"]] == [
+            "alerts/doc1.md#1",
+            "alerts/doc2.md#2",
+        ]
         assert details["evidence_blocks"] == []
         assert details["context_pack_summary"] == {}
         assert details["candidate_count"] == 2
@@ -390,10 +394,10 @@ class TestLookupResultAssembler:
     def test_relevance_level(self, base, score, level):
         docs = [_doc(1, base=base, score=score), _doc(2, base=0.3, score=0.3)]
         inputs = _inputs(docs, retrieval_trace=_trace(reference=0.75))
-        assert LookupResultAssembler().run(**inputs)["result"]["relevanceLevel"] == level
+        assert LookupResultAssembler(high_relevance_threshold=0.93).run(**inputs)["result"]["relevanceLevel"] == level
 
     def test_relevance_uses_the_best_block(self):
-        docs = [_doc(1, base=0.5, score=0.55), _doc(2, base=0.95, score=0.95)]
+        docs = [_doc(1, base=0.5, score=0.55), _doc(2, base=0.96, score=0.96)]
         assert LookupResultAssembler().run(**_inputs(docs))["result"]["relevanceLevel"] == "high"
 
     def test_high_relevance_threshold_is_configurable(self):
@@ -449,7 +453,9 @@ class TestLookupResultAssembler:
         assert details["l0_hints"] == {**HINTS, "category_filter": "alerts"}
         assert details["query_transform"] == inputs["query_transform"]
         assert details["retrieval_trace"] == inputs["retrieval_trace"]
-        assert details["rerank_trace"] == inputs["rerank_trace"]
+        assert details["rerank_trace"]["candidates"] == inputs["rerank_trace"]["candidates"]
+        assert details["rerank_trace"]["weights"] == inputs["rerank_trace"]["weights"]
+        assert [i["evidence_key"] for i in details["rerank_trace"]["items"]] == ["alerts/doc1.md#1", "alerts/doc2.md#2"]
         assert details["fallback_reason"] == "filtered_no_hits"
         assert details["candidate_count"] == 2
         assert details["evidence_block_count"] == 2

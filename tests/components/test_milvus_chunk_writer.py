@@ -3,13 +3,15 @@ from __future__ import annotations
 import copy
 import datetime
 import uuid
+from pathlib import Path
 
 import pytest
 from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 
-from components.milvus_chunk_store import lexical_text
 from components.milvus_chunk_writer import MilvusChunkWriter
+from components.store.knowledge_collection import KnowledgeCollection
+from components.store.lexical import lexical_text
 
 DIM = 4
 CUSTOM_FIELDS = {"id_field": "pk", "content_field": "text", "vector_field": "emb", "metadata_field": "meta_json"}
@@ -42,88 +44,76 @@ def make_writer(db_uri):
     def make(**kwargs) -> MilvusChunkWriter:
         params = {
             "uri": db_uri,
+            "index_path": str(Path(db_uri).parent / "no_index.json"),
             "collection_name": f"chunks_{uuid.uuid4().hex[:12]}",
             "dimension": DIM,
             **CUSTOM_FIELDS,
         }
         params.update(kwargs)
-        writer = MilvusChunkWriter(**params)
+        writer = MilvusChunkWriter(KnowledgeCollection(**params))
         made.append(writer)
         return writer
 
     yield make
     for writer in made:
         try:
-            writer.store.drop()
+            writer.collection.drop()
         finally:
             writer.close()
 
 
+def name_of(writer: MilvusChunkWriter) -> str:
+    return writer.collection.schema.collection_name
+
+
 def rows(writer: MilvusChunkWriter) -> dict[str, dict]:
     """Every row of the writer's collection, keyed by primary key, read with a separate client."""
-    writer.store.flush()
-    writer.store.load()
-    found = writer.store.client.query(writer.collection_name, filter=f'{writer.id_field} != ""', output_fields=["*"])
-    return {row[writer.id_field]: row for row in found}
+    store, id_field = writer.collection.store, writer.collection.schema.id_field
+    store.flush()
+    store.load()
+    found = store.client.query(name_of(writer), filter=f'{id_field} != ""', output_fields=["*"])
+    return {row[id_field]: row for row in found}
 
 
 class TestMilvusChunkWriter:
     def test_init_defaults(self):
         writer = MilvusChunkWriter()
-        assert writer.uri == "data/milvus.db"
-        assert writer.collection_name == "knowledge_chunks"
-        assert writer.dimension == 384
-        assert writer.metric_type == "L2"
-        assert writer.index_type == "AUTOINDEX"
-        assert (writer.id_field, writer.content_field) == ("id", "content")
-        assert (writer.vector_field, writer.metadata_field) == ("vector", "metadata")
-        assert (writer.lexical_field, writer.sparse_field) == ("lexical", "sparse")
-        assert writer.token_env_var == "MILVUS_TOKEN"
+        collection = writer.collection
+        assert collection.uri == "data/milvus.db"
+        assert (collection.dimension, collection.metric_type) == (384, "L2")  # a new collection gets the original's
+        schema = collection.schema
+        assert schema.collection_name == "knowledge_chunks"
+        assert schema.index_type == "AUTOINDEX"
+        assert (schema.id_field, schema.content_field) == ("id", "content")
+        assert (schema.vector_field, schema.metadata_field) == ("vector", "metadata")
+        assert (schema.lexical_field, schema.sparse_field) == ("lexical", "sparse")
 
     def test_init_does_not_connect(self, tmp_path):
-        MilvusChunkWriter(uri=str(tmp_path / "nowhere" / "milvus.db"))
+        MilvusChunkWriter(KnowledgeCollection(uri=str(tmp_path / "nowhere" / "milvus.db")))
         assert not (tmp_path / "nowhere").exists()
 
-    @pytest.mark.parametrize(
-        ("kwargs", "match"),
-        [
-            ({"uri": ""}, "uri=''"),
-            ({"metric_type": "HAMMING"}, "metric_type='HAMMING'"),
-            ({"id_field": "1bad"}, "id_field='1bad'"),
-            ({"content_field": "has space"}, "content_field='has space'"),
-            ({"vector_field": 'v"'}, "vector_field="),
-            ({"metadata_field": "meta-json"}, "metadata_field='meta-json'"),
-            ({"collection_name": "bad-name"}, "collection_name='bad-name'"),
-            ({"dimension": 0}, "dimension=0"),
-            ({"dimension": -3}, "dimension=-3"),
-            ({"lexical_field": "bad-name"}, "lexical_field='bad-name'"),
-            ({"sparse_field": ""}, "go together"),
-            ({"lexical_field": ""}, "go together"),
-        ],
-    )
-    def test_invalid_init(self, kwargs, match):
-        with pytest.raises(ValueError, match=match):
-            MilvusChunkWriter(**kwargs)
-
-    def test_to_dict_from_dict_keeps_every_parameter(self):
-        params = {
-            "uri": "http://127.0.0.1:19530",
-            "collection_name": "kb_other",
-            "dimension": 512,
-            "metric_type": "COSINE",
-            "index_type": "HNSW",
-            "id_field": "pk",
-            "content_field": "text",
-            "vector_field": "emb",
-            "metadata_field": "meta_json",
-            "lexical_field": "terms",
-            "sparse_field": "terms_bm25",
-            "token_env_var": "OTHER_TOKEN",
-        }
-        data = component_to_dict(MilvusChunkWriter(**params), "writer")
-        assert data["init_parameters"] == params
+    def test_to_dict_from_dict_keeps_the_collection(self):
+        collection = KnowledgeCollection(
+            uri="http://127.0.0.1:19530",
+            collection_name="kb_other",
+            dimension=512,
+            metric_type="COSINE",
+            index_type="HNSW",
+            lexical_field="terms",
+            sparse_field="terms_bm25",
+            **CUSTOM_FIELDS,
+        )
+        data = component_to_dict(MilvusChunkWriter(collection), "writer")
+        assert data["init_parameters"]["collection"] == collection.to_dict()
         restored = component_from_dict(MilvusChunkWriter, data, "writer")
-        assert {name: getattr(restored, name) for name in params} == params
+        assert restored.collection.to_dict() == collection.to_dict()
+        assert restored.collection.schema == collection.schema
+
+    def test_to_dict_does_not_store_a_token(self, monkeypatch):
+        monkeypatch.setenv("MILVUS_TOKEN", "s3cret-token")
+        data = component_to_dict(MilvusChunkWriter(), "writer")
+        assert "s3cret-token" not in repr(data)
+        assert data["init_parameters"]["collection"]["init_parameters"]["token"]["env_vars"] == ["MILVUS_TOKEN"]
 
     def test_lexical_text_is_stems_and_bigrams_cut_to_fit_the_field(self):
         assert lexical_text("Disks are running FULL") == "disk run full"
@@ -133,34 +123,29 @@ class TestMilvusChunkWriter:
         assert set(huge.split()) == {"退款", "款到", "到账", "账退"}  # cut between terms, never inside one
         assert lexical_text("") == ""
 
-    def test_to_dict_does_not_store_a_token(self, monkeypatch):
-        monkeypatch.setenv("MILVUS_TOKEN", "s3cret-token")
-        data = component_to_dict(MilvusChunkWriter(), "writer")
-        assert "s3cret-token" not in repr(data)
-
     @pytest.mark.integration
     def test_warm_up_creates_the_configured_schema(self, make_writer):
         writer = make_writer(metric_type="COSINE")
         writer.warm_up()
         writer.warm_up()  # idempotent
-        client = writer.store.client
-        assert client.has_collection(writer.collection_name)
-        fields = {f["name"]: f for f in client.describe_collection(writer.collection_name)["fields"]}
+        client = writer.collection.store.client
+        assert client.has_collection(name_of(writer))
+        fields = {f["name"]: f for f in client.describe_collection(name_of(writer))["fields"]}
         assert set(fields) == {"pk", "text", "emb", "meta_json", "lexical", "sparse"}
         assert fields["pk"].get("is_primary") is True
         assert fields["emb"]["params"]["dim"] == DIM
-        names = client.list_indexes(writer.collection_name)
-        indexes = [client.describe_index(writer.collection_name, index_name=n) for n in names]
+        names = client.list_indexes(name_of(writer))
+        indexes = [client.describe_index(name_of(writer), index_name=n) for n in names]
         assert {i["field_name"]: i["metric_type"] for i in indexes} == {"emb": "COSINE", "sparse": "BM25"}
-        assert writer.store.full_text_fields() == ("lexical", "sparse")
+        assert writer.full_text_fields == ("lexical", "sparse")
 
     @pytest.mark.integration
     def test_full_text_fields_can_be_turned_off(self, make_writer):
         writer = make_writer(lexical_field="", sparse_field="")
         writer.run(documents=[chunk("a.md", "v1", 0)])
-        fields = {f["name"] for f in writer.store.client.describe_collection(writer.collection_name)["fields"]}
+        fields = {f["name"] for f in writer.collection.store.client.describe_collection(name_of(writer))["fields"]}
         assert fields == {"pk", "text", "emb", "meta_json"}
-        assert writer.store.full_text_fields() is None
+        assert writer.full_text_fields is None
         assert set(rows(writer)["a.md@v1#0"]) == fields
 
     @pytest.mark.integration
@@ -172,9 +157,9 @@ class TestMilvusChunkWriter:
                 chunk("payments/refund.md", "v1", 0, text="退款在审核通过后七个工作日内原路退回。"),
             ]
         )
-        writer.store.flush()
-        english = writer.store.full_text_search(lexical_text("disk is full"), "sparse", top_k=5)
-        chinese = writer.store.full_text_search(lexical_text("退款多久退回"), "sparse", top_k=5)
+        writer.collection.store.flush()
+        english = writer.collection.store.full_text_search(lexical_text("disk is full"), "sparse", top_k=5)
+        chinese = writer.collection.store.full_text_search(lexical_text("退款多久退回"), "sparse", top_k=5)
         assert [pk for pk, _ in english] == ["alerts/disk.md@v1#0"]  # stems: disks -> disk
         assert [pk for pk, _ in chinese] == ["payments/refund.md@v1#0"]  # character bigrams
         assert english[0][1] > 0 and chinese[0][1] > 0
@@ -210,10 +195,10 @@ class TestMilvusChunkWriter:
     def test_written_rows_are_searchable_by_vector_and_json_metadata(self, make_writer):
         writer = make_writer()
         writer.run(documents=[chunk("a.md", "v1", 0, category="alerts"), chunk("b.md", "v1", 1, category="faq")])
-        writer.store.flush()
-        hits = writer.store.search(unit(1), top_k=5, expr='meta_json["category"] == "alerts"')
+        writer.collection.store.flush()
+        hits = writer.collection.store.search(unit(1), top_k=5, expr='meta_json["category"] == "alerts"')
         assert [h["id"] for h in hits] == ["a.md@v1#0"]
-        hits = writer.store.search(unit(1), top_k=5)
+        hits = writer.collection.store.search(unit(1), top_k=5)
         assert hits[0]["id"] == "b.md@v1#1"
         assert hits[0]["metadata"]["source"] == "b.md"
 
@@ -259,7 +244,7 @@ class TestMilvusChunkWriter:
     def test_failed_insert_leaves_nothing_of_that_document(self, make_writer, monkeypatch):
         writer = make_writer()
         writer.warm_up()
-        real_insert = writer.store.insert
+        real_insert = writer.collection.store.insert
 
         def half_then_fail(batch):
             if batch[0]["meta_json"]["source"] == "broken.md":
@@ -267,7 +252,7 @@ class TestMilvusChunkWriter:
                 raise ConnectionError("milvus went away")
             real_insert(batch)
 
-        monkeypatch.setattr(writer.store, "insert", half_then_fail)
+        monkeypatch.setattr(writer.collection.store, "insert", half_then_fail)
         docs = [chunk("broken.md", "v1", i) for i in range(3)] + [chunk("fine.md", "v1", 0)]
         out = writer.run(documents=docs)
         assert out["written"] == 1
@@ -282,8 +267,8 @@ class TestMilvusChunkWriter:
         def fail(*args, **kwargs):
             raise ConnectionError("down")
 
-        monkeypatch.setattr(writer.store, "insert", fail)
-        monkeypatch.setattr(writer.store, "delete_ids", fail)
+        monkeypatch.setattr(writer.collection.store, "insert", fail)
+        monkeypatch.setattr(writer.collection.store, "delete_ids", fail)
         out = writer.run(documents=[chunk("a.md", "v1", 0)])
         assert out["written"] == 0 and out["documents_written"] == []
         assert [f["source"] for f in out["failures"]] == ["a.md"]
@@ -297,7 +282,7 @@ class TestMilvusChunkWriter:
         assert versions == ["v1", "v1", "v2"]
 
     def test_empty_input_writes_nothing(self, tmp_path):
-        writer = MilvusChunkWriter(uri=str(tmp_path / "data" / "milvus.db"), dimension=DIM)
+        writer = MilvusChunkWriter(KnowledgeCollection(uri=str(tmp_path / "data" / "milvus.db"), dimension=DIM))
         out = writer.run(documents=[])
         assert out == {"written": 0, "documents_written": [], "failures": []}
         writer.close()
@@ -329,8 +314,8 @@ class TestMilvusChunkWriter:
             "meta_json": {"source": "a.md"},
         }
         bare = {"pk": "foreign-2", "text": "no metadata at all", "emb": unit(3), "meta_json": {}}
-        writer.store.client.insert(writer.collection_name, [foreign, bare])
-        writer.store.flush()
+        writer.collection.store.client.insert(name_of(writer), [foreign, bare])
+        writer.collection.store.flush()
 
         removed = writer.remove_stale({"a.md": "v2", "b.md": "v1"})
 
@@ -342,10 +327,10 @@ class TestMilvusChunkWriter:
     def test_remove_stale_with_nothing_active_keeps_foreign_rows(self, make_writer):
         writer = make_writer()
         writer.run(documents=[chunk("a.md", "v1", 0)])
-        writer.store.client.insert(
-            writer.collection_name, [{"pk": "foreign", "text": "x", "emb": unit(1), "meta_json": {"source": "a.md"}}]
+        writer.collection.store.client.insert(
+            name_of(writer), [{"pk": "foreign", "text": "x", "emb": unit(1), "meta_json": {"source": "a.md"}}]
         )
-        writer.store.flush()
+        writer.collection.store.flush()
         assert writer.remove_stale({}) == 1
         assert set(rows(writer)) == {"foreign"}
 
@@ -360,11 +345,12 @@ class TestMilvusChunkWriter:
     @pytest.mark.integration
     def test_default_schema_rows(self, db_uri):
         """With the default field names the row is `{id, content, vector, metadata}`."""
-        writer = MilvusChunkWriter(uri=db_uri, collection_name=f"plain_{uuid.uuid4().hex[:8]}", dimension=DIM)
+        collection = KnowledgeCollection(uri=db_uri, collection_name=f"plain_{uuid.uuid4().hex[:8]}", dimension=DIM)
+        writer = MilvusChunkWriter(collection)
         try:
             writer.run(documents=[chunk("a.md", "v1", 0)])
             stored = rows(writer)
             assert set(stored["a.md@v1#0"]) == {"id", "content", "vector", "metadata", "lexical", "sparse"}
         finally:
-            writer.store.drop()
+            collection.drop()
             writer.close()

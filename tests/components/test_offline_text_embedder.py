@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from haystack.core.serialization import component_from_dict, component_to_dict
 
-from components.embedding_backends import get_backend
+from components.core.embedding_backends import get_backend
 from components.offline_text_embedder import OfflineTextEmbedder
 
 

@@ -41,6 +41,9 @@ def _plans(score: float = 0.9, **meta) -> Document:
     return _cand("faq/plans.md", 0, score, "The Basic plan costs 10 dollars a month.", **{**fields, **meta})
 
 
+# the weights the signal tests use (the shipped defaults are all 0: matches explain without reordering)
+RULES = {"keyword": 0.02, "title": 0.03, "entity": 0.02, "domain": 0.01, "l0_document": 0.02}
+
 HINTS = {
     "matched_titles": ["Disk Full Runbook"],
     "matched_keywords": ["disk full"],
@@ -57,22 +60,25 @@ def _keys(documents: list[Document]) -> list[str]:
 class TestRuleReranker:
     def test_init_defaults(self):
         reranker = RuleReranker()
-        assert not reranker.weights
+        assert reranker.weights == DEFAULT_WEIGHTS
         assert reranker.max_boost == 0.06
         assert reranker.trace_top_n == 5
         assert reranker.run(documents=[])["rerank_trace"]["weights"] == DEFAULT_WEIGHTS
         assert DEFAULT_WEIGHTS == {
-            "keyword": 0.02,
-            "title": 0.03,
-            "entity": 0.02,
-            "domain": 0.01,
-            "l0_document": 0.02,
+            "keyword": 0.0,
+            "title": 0.0,
+            "entity": 0.0,
+            "domain": 0.0,
+            "l0_document": 0.0,
             "consensus_domain": 0.0,
         }
+        out = reranker.run(documents=[_cand()], hints=HINTS)["documents"][0]
+        assert out.score == 0.9  # every hint matches, nothing moves
+        assert len(out.meta["hit_reasons"]) == 6
 
     def test_init_partial_weights_keep_other_defaults(self):
         reranker = RuleReranker(weights={"keyword": 0.05}, max_boost=0.2, trace_top_n=2)
-        assert reranker.weights == {"keyword": 0.05}
+        assert reranker.weights == {**DEFAULT_WEIGHTS, "keyword": 0.05}
         assert (reranker.max_boost, reranker.trace_top_n) == (0.2, 2)
         assert reranker.run(documents=[])["rerank_trace"]["weights"] == {**DEFAULT_WEIGHTS, "keyword": 0.05}
 
@@ -100,7 +106,7 @@ class TestRuleReranker:
         )
         data = component_to_dict(reranker, "reranker")
         assert data["init_parameters"] == {
-            "weights": {"keyword": 0.05, "domain": 0.0},
+            "weights": {**DEFAULT_WEIGHTS, "keyword": 0.05},
             "max_boost": 0.1,
             "trace_top_n": 3,
             "consensus_top_n": 4,
@@ -108,7 +114,7 @@ class TestRuleReranker:
         }
         restored = component_from_dict(RuleReranker, data, "reranker")
         assert isinstance(restored, RuleReranker)
-        assert restored.weights == {"keyword": 0.05, "domain": 0.0}
+        assert restored.weights == {**DEFAULT_WEIGHTS, "keyword": 0.05}
         assert (restored.max_boost, restored.trace_top_n) == (0.1, 3)
         assert (restored.consensus_top_n, restored.consensus_min_share) == (4, 0.5)
         trace = restored.run(documents=[_cand()], hints=HINTS)["rerank_trace"]
@@ -147,7 +153,7 @@ class TestRuleReranker:
         ],
     )
     def test_each_signal_boosts_and_is_recorded(self, doc_meta, content, hints, reason, weight):
-        out = RuleReranker().run(documents=[_cand(content=content, **doc_meta)], hints=hints)
+        out = RuleReranker(weights=RULES).run(documents=[_cand(content=content, **doc_meta)], hints=hints)
         doc = out["documents"][0]
         assert doc.meta["hit_reasons"] == ["l1_filtered", reason]
         assert doc.meta["base_score"] == 0.9
@@ -169,13 +175,13 @@ class TestRuleReranker:
     )
     def test_non_matching_hints_give_no_boost(self, content, hints):
         doc = _cand(content=content, keywords=[], entities=[])
-        out = RuleReranker().run(documents=[doc], hints=hints)["documents"][0]
+        out = RuleReranker(weights=RULES).run(documents=[doc], hints=hints)["documents"][0]
         assert out.meta["hit_reasons"] == ["l1_filtered"]
         assert out.meta["boosts"] == []
         assert out.score == 0.9
 
     def test_boosts_are_summed_and_capped(self):
-        out = RuleReranker().run(documents=[_cand()], hints=HINTS)["documents"][0]
+        out = RuleReranker(weights=RULES).run(documents=[_cand()], hints=HINTS)["documents"][0]
         assert out.meta["hit_reasons"] == [
             "l1_filtered",
             "keyword:disk full",
@@ -185,19 +191,19 @@ class TestRuleReranker:
             "l0_document:alerts-disk",
         ]
         assert out.score == pytest.approx(0.9 + 0.06)
-        uncapped = RuleReranker(max_boost=1.0).run(documents=[_cand()], hints=HINTS)["documents"][0]
+        uncapped = RuleReranker(weights=RULES, max_boost=1.0).run(documents=[_cand()], hints=HINTS)["documents"][0]
         assert uncapped.score == pytest.approx(0.9 + 0.1)
-        partial = RuleReranker().run(
+        partial = RuleReranker(weights=RULES).run(
             documents=[_cand()], hints={"matched_keywords": ["disk full"], "domains": ["alerts"]}
         )["documents"][0]
         assert partial.score == pytest.approx(0.9 + 0.03)
-        no_boost = RuleReranker(max_boost=0).run(documents=[_cand()], hints=HINTS)["documents"][0]
+        no_boost = RuleReranker(weights=RULES, max_boost=0).run(documents=[_cand()], hints=HINTS)["documents"][0]
         assert no_boost.score == pytest.approx(0.9)
         assert len(no_boost.meta["hit_reasons"]) == 6
 
     def test_hints_move_lower_similarity_candidate_up(self):
         docs = [_plans(score=0.9), _cand(score=0.86)]
-        out = RuleReranker().run(documents=docs, hints=HINTS)
+        out = RuleReranker(weights=RULES).run(documents=docs, hints=HINTS)
         assert _keys(out["documents"]) == ["alerts/disk.md#0", "faq/plans.md#0"]
         assert out["documents"][0].score == pytest.approx(0.92)
         assert out["documents"][1].score == pytest.approx(0.9)
@@ -238,23 +244,23 @@ class TestRuleReranker:
             assert [d.score for d in out] == [0.75, 0.75]
             assert _keys(out) == ["z.md#0", "a.md#0"]
 
-    def test_rerank_trace_items(self):
+    def test_rerank_trace_candidates(self):
         docs = [_cand("a.md", i, 0.5 + i / 100, title="Alpha", keywords=[], entities=[]) for i in range(8)]
         docs.append(_cand())
-        out = RuleReranker(trace_top_n=3).run(documents=docs, hints=HINTS)
+        out = RuleReranker(weights=RULES, trace_top_n=3).run(documents=docs, hints=HINTS)
         trace = out["rerank_trace"]
         assert len(out["documents"]) == 9
         assert out["ranking"] == _keys(out["documents"])  # every candidate, in the new order
         assert out["ranking"][0] == "alerts/disk.md#0"
         assert trace["max_boost"] == 0.06
-        assert trace["weights"] == DEFAULT_WEIGHTS
-        assert len(trace["items"]) == 3
-        assert [item["rank"] for item in trace["items"]] == [1, 2, 3]
+        assert trace["weights"] == {**DEFAULT_WEIGHTS, **RULES}
+        assert len(trace["candidates"]) == 3
+        assert [item["rank"] for item in trace["candidates"]] == [1, 2, 3]
         assert all(
             set(item) == {"rank", "source", "evidence_key", "base_score", "final_score", "boost_reasons"}
-            for item in trace["items"]
+            for item in trace["candidates"]
         )
-        top = trace["items"][0]
+        top = trace["candidates"][0]
         assert top["source"] == "alerts/disk.md"
         assert top["evidence_key"] == "alerts/disk.md#0"
         assert top["base_score"] == 0.9
@@ -266,22 +272,22 @@ class TestRuleReranker:
             "domain:alerts (+0.01)",
             "l0_document:alerts-disk (+0.02)",
         ]
-        assert [item["evidence_key"] for item in trace["items"][1:]] == ["a.md#7", "a.md#6"]
-        assert trace["items"][1]["base_score"] == 0.57
-        assert trace["items"][1]["final_score"] == 0.58
-        assert trace["items"][1]["boost_reasons"] == ["domain:alerts (+0.01)"]
+        assert [item["evidence_key"] for item in trace["candidates"][1:]] == ["a.md#7", "a.md#6"]
+        assert trace["candidates"][1]["base_score"] == 0.57
+        assert trace["candidates"][1]["final_score"] == 0.58
+        assert trace["candidates"][1]["boost_reasons"] == ["domain:alerts (+0.01)"]
 
     def test_trace_top_n_zero_keeps_all_documents(self):
         out = RuleReranker(trace_top_n=0).run(documents=[_cand(), _plans()], hints=HINTS)
-        assert out["rerank_trace"]["items"] == []
+        assert out["rerank_trace"]["candidates"] == []
         assert len(out["documents"]) == 2
 
     def test_weights_change_the_outcome(self):
         docs = [_plans(score=0.88, keywords=[]), _cand(score=0.9, keywords=["disk full"])]
         hints = {"matched_keywords": ["disk full"], "matched_titles": ["Subscription Plans"]}
-        default = RuleReranker().run(documents=docs, hints=hints)["documents"]
+        default = RuleReranker(weights=RULES).run(documents=docs, hints=hints)["documents"]
         assert _keys(default) == ["alerts/disk.md#0", "faq/plans.md#0"]
-        heavy_title = RuleReranker(weights={"title": 0.05}).run(documents=docs, hints=hints)["documents"]
+        heavy_title = RuleReranker(weights={**RULES, "title": 0.05}).run(documents=docs, hints=hints)["documents"]
         assert _keys(heavy_title) == ["faq/plans.md#0", "alerts/disk.md#0"]
         assert heavy_title[0].score == pytest.approx(0.93)
 
@@ -303,7 +309,9 @@ class TestRuleReranker:
         assert only_keyword.meta["hit_reasons"] == ["l1_filtered", "keyword:disk full"]
 
     def test_missing_score_counts_as_zero(self):
-        out = RuleReranker().run(documents=[_cand(score=None)], hints={"domains": ["alerts"]})["documents"][0]
+        out = RuleReranker(weights=RULES).run(documents=[_cand(score=None)], hints={"domains": ["alerts"]})[
+            "documents"
+        ][0]
         assert out.meta["base_score"] == 0.0
         assert out.score == pytest.approx(0.01)
 
@@ -319,7 +327,7 @@ class TestRuleReranker:
         assert set(out) == {"documents", "rerank_trace", "ranking"}
         assert out["documents"] == []
         assert out["ranking"] == []
-        assert out["rerank_trace"]["items"] == []
+        assert out["rerank_trace"]["candidates"] == []
 
     def test_inputs_are_not_mutated(self):
         docs = [_plans(score=0.9), _cand(score=0.86)]

@@ -10,8 +10,8 @@ from haystack.core.serialization import component_from_dict, component_to_dict
 from components.context_packer import ContextPacker
 from components.lookup_result_assembler import LookupResultAssembler
 from components.session_evidence_filter import SessionEvidenceFilter
+from components.trace.trace_store import ToolInvocation, TraceStore
 from components.trace_recorder import TraceRecorder
-from components.trace_store import ToolInvocation, TraceStore
 
 
 def _doc(key: str, content: str | None = None) -> Document:
@@ -87,7 +87,7 @@ class TestSessionEvidenceFilter:
     def test_init_defaults(self):
         f = SessionEvidenceFilter()
         assert f.database_url == "sqlite:///data/traces.db"
-        assert f.spool_path is None
+        assert f.spool_path == "data/trace_spool.jsonl"
 
     def test_init_custom(self, tmp_path, db_url):
         f = SessionEvidenceFilter(database_url=db_url, spool_path=str(tmp_path / "spool.jsonl"))

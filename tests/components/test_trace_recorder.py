@@ -12,8 +12,8 @@ from haystack.core.serialization import component_from_dict, component_to_dict
 
 from components.context_packer import ContextPacker
 from components.lookup_result_assembler import LookupResultAssembler
+from components.trace.trace_store import TraceStore
 from components.trace_recorder import TraceRecorder
-from components.trace_store import TraceStore
 
 LONG_CONTENT = "".join(f"Line {i}: rotate and compress old logs before deleting core dumps. " for i in range(100))
 
@@ -92,7 +92,7 @@ class TestTraceRecorder:
     def test_init_defaults(self):
         recorder = TraceRecorder()
         assert recorder.database_url == "sqlite:///data/traces.db"
-        assert recorder.spool_path is None
+        assert recorder.spool_path == "data/trace_spool.jsonl"
         assert recorder.tool_name == "lookup_knowledge"
         assert recorder.max_query_chars == 2000
 

@@ -15,7 +15,7 @@ from haystack.dataclasses import ChatMessage, ChatRole, ToolCall, ToolCallResult
 from haystack.tools import PipelineTool
 from haystack.tools.errors import ToolInvocationError
 
-from components.trace_store import TraceStore
+from components.trace.trace_store import TraceStore
 from pipelines.agent_tool import (
     TOOL_NAME,
     LookupKnowledgeTool,

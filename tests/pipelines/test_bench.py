@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, select
 
-from components.trace_store import ToolInvocation, TraceStore
-from pipelines.bench import parse_override, run_bench
+from components.trace.trace_store import ToolInvocation, TraceStore
+from pipelines.bench import run_bench
 from pipelines.cli import main
+from pipelines.loading import parse_override
 from pipelines.settings import Deployment
 
 pytestmark = pytest.mark.integration

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from components.lookup_result import LookupResult
+from components.core.lookup_result import LookupResult
 from pipelines.cli import main
 
 pytestmark = pytest.mark.integration

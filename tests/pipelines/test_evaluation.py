@@ -6,7 +6,16 @@ import math
 import pytest
 
 from pipelines.cli import main
-from pipelines.evaluation import EvalQuery, document_ranking, evaluate, load_eval_set, score_rankings, scores_by_type
+from pipelines.evaluation import (
+    EvalQuery,
+    _Observed,
+    document_ranking,
+    evaluate,
+    load_eval_set,
+    score_rankings,
+    scores_by_type,
+    sidecar_stats,
+)
 
 EVAL_LINES = [
     {
@@ -66,6 +75,60 @@ class TestScoreRankings:
     def test_document_ranking_counts_the_best_chunk(self):
         assert document_ranking(["a", "a", "b", "a", "c"]) == ["a", "b", "c"]
         assert document_ranking([f"d{i}" for i in range(20)], cutoff=3) == ["d0", "d1", "d2"]
+
+
+class TestSidecarStats:
+    @staticmethod
+    def observed(main: list[tuple[str, str]], rows: list[tuple[str, str]] | None, status: str = "ok") -> _Observed:
+        report = None
+        if rows is not None:
+            keys = [key for key, _ in rows]
+            report = {
+                "enabled": True,
+                "retriever": "dense",
+                "mode": "sdk",
+                "collection": "kb",
+                "status": status,
+                "latency_ms": 5.0,
+                "rows": [{"evidence_key": key, "doc_id": doc} for key, doc in rows],
+                "comparison": {
+                    "main_count": len(main),
+                    "overlap_ratio": len({k for k, _ in main} & set(keys)) / len(keys) if keys else 0.0,
+                }
+                if status == "ok"
+                else None,
+            }
+        return _Observed("", None, "unfiltered", report, main)
+
+    def test_hand_checked_aggregate(self):
+        judged = [EvalQuery("q1", "a", ["A"], []), EvalQuery("q2", "b", ["B"], []), EvalQuery("q3", "c", ["C"], [])]
+        log = [
+            # the sidecar finds A, which the main path's top 2 lacks
+            self.observed([("x#0", "X"), ("y#0", "Y")], [("a#0", "A"), ("x#0", "X")]),
+            # the main path finds B, which the sidecar lacks
+            self.observed([("b#0", "B"), ("y#0", "Y")], [("y#0", "Y"), ("z#0", "Z")]),
+            self.observed([("c#0", "C")], [], status="timeout"),
+        ]
+        stats = sidecar_stats(judged, log)
+        assert stats == {
+            "retriever": "dense",
+            "mode": "sdk",
+            "collection": "kb",
+            "k": 2,
+            "queries": 3,
+            "status": {"ok": 2, "timeout": 1},
+            "mean_overlap_at_k": 0.5,
+            "sidecar_found_main_missed": 0.5,
+            "main_found_sidecar_missed": 0.5,
+            "latency_ms_p50": 5.0,
+        }
+
+    def test_no_sidecar_or_off_gives_none(self):
+        judged = [EvalQuery("q1", "a", ["A"], [])]
+        assert sidecar_stats(judged, [self.observed([("a#0", "A")], None)]) is None
+        off = self.observed([("a#0", "A")], [])
+        off.sidecar = {"enabled": False, "status": "off"}
+        assert sidecar_stats(judged, [off]) is None
 
 
 class TestLoadEvalSet:
@@ -134,6 +197,41 @@ class TestEvaluate:
         report = json.loads(out_json.read_text())
         assert {"dataset", "queries", "judged", "configs", "l0"} <= set(report)
         assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    def test_sidecar_reports_are_aggregated_over_the_set(self, dataset, tmp_path, capsys):
+        code = main(
+            [
+                "eval",
+                str(dataset),
+                "--data-dir",
+                str(tmp_path / "d"),
+                "--json",
+                str(tmp_path / "r.json"),
+                "--quiet",
+                "--set",
+                "sidecar.enabled=true",
+                "--set",
+                "sidecar.retriever=dense",
+                "--set",
+                "sidecar.mode=haystack",
+            ]
+        )
+        assert code == 0
+        side = json.loads((tmp_path / "r.json").read_text())["sidecar"]
+        assert (side["retriever"], side["mode"], side["queries"]) == ("dense", "haystack", 3)
+        assert side["status"] == {"ok": 3}
+        assert 0 < side["mean_overlap_at_k"] <= 1
+        # three documents, and both sides return all of them: neither can find one the other missed
+        assert side["sidecar_found_main_missed"] == side["main_found_sidecar_missed"] == 0.0
+        assert "Sidecar (dense haystack on" in capsys.readouterr().out
+
+    def test_without_the_sidecar_there_is_no_aggregate(self, dataset, tmp_path):
+        assert evaluate(dataset, data_dir=tmp_path / "d", progress=False, baselines=False)["sidecar"] is None
+
+    def test_a_malformed_override_is_one_line_and_exit_2(self, dataset, tmp_path, capsys):
+        assert main(["eval", str(dataset), "--data-dir", str(tmp_path / "d"), "--set", "sidecar=true"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("lookup-knowledge: override 'sidecar=true'") and "\n" not in err
 
     def test_missing_eval_file_is_a_clear_error(self, tmp_path, capsys):
         assert main(["eval", str(tmp_path), "--data-dir", str(tmp_path / "d")]) == 2

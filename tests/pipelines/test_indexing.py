@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components.embedding_backends import get_backend
-from components.filtered_retry_retriever import FilteredRetryRetriever
-from components.knowledge_index import KnowledgeIndex
+from components.core.embedding_backends import get_backend
+from components.store.knowledge_collection import KnowledgeCollection
+from components.store.knowledge_index import KnowledgeIndex
 from pipelines.indexing import KnowledgeIndexer
 from pipelines.settings import Deployment
 
@@ -18,14 +18,14 @@ pytestmark = pytest.mark.integration
 
 def versions_by_source(indexer: KnowledgeIndexer) -> dict[str, set[str]]:
     found: dict[str, set[str]] = defaultdict(set)
-    for row in indexer.writer.store.scan_metadata():
+    for row in indexer.collection.store.scan_metadata():
         found[row["source"]].add(row["doc_version"])
     return dict(found)
 
 
 def top_content(indexer: KnowledgeIndexer, query: str) -> str:
     vector = get_backend("multilingual-e5-small").embed_queries([query])[0].tolist()
-    return indexer.writer.store.search(vector, top_k=1)[0]["content"]
+    return indexer.collection.store.search(vector, top_k=1)[0]["content"]
 
 
 class TestKnowledgeIndexer:
@@ -35,18 +35,20 @@ class TestKnowledgeIndexer:
     def indexer(self, tmp_path: Path, milvus_uri_for):
         deployment = Deployment.resolve(tmp_path / "data", milvus_uri=milvus_uri_for(tmp_path))
         collection = f"kb_{uuid.uuid4().hex[:12]}"
-        idx = KnowledgeIndexer(deployment, component_params={"writer": {"collection_name": collection}})
+        idx = KnowledgeIndexer(deployment, component_params={"writer": {"collection": {"collection_name": collection}}})
         yield idx
-        idx.writer.store.drop()
+        idx.collection.drop()
         idx.close()
 
     def test_first_run_indexes_everything_with_full_metadata(self, indexer, tiny_kb):
         summary = indexer.index(tiny_kb, progress=False)
         assert (summary.files, summary.indexed, summary.skipped, summary.failed) == (3, 3, 0, 0)
-        assert summary.chunks == indexer.writer.store.count() > 3
+        assert summary.chunks == indexer.collection.store.count() > 3
         assert summary.characters > 0 and summary.chars_per_second > 0
-        rows = indexer.writer.store.client.query(
-            indexer.writer.collection_name, filter='metadata["doc_id"] == "payments-refund"', output_fields=["*"]
+        rows = indexer.collection.store.client.query(
+            indexer.collection.schema.collection_name,
+            filter='metadata["doc_id"] == "payments-refund"',
+            output_fields=["*"],
         )
         meta = rows[0]["metadata"]
         for key in ("source", "doc_id", "title", "breadcrumb", "category", "keywords", "chunk_index", "total_chunks"):
@@ -60,23 +62,19 @@ class TestKnowledgeIndexer:
 
     def test_bm25_runs_in_milvus_where_it_can_and_follows_re_indexing(self, indexer, tiny_kb):
         summary = indexer.index(tiny_kb, progress=False)
-        store = indexer.writer.store
+        store = indexer.collection.store
         assert store.full_text_fields() == (("lexical", "sparse") if self.full_text else None)
         assert summary.bm25 == ("milvus" if self.full_text else "in-process")
         path = tiny_kb / "alerts/disk.md"
         path.write_text(path.read_text().replace("seven days", "three days, and page the storage team"))
         indexer.index(tiny_kb, progress=False)
-        retriever = FilteredRetryRetriever(
-            uri=indexer.writer.uri,
-            index_path=str(indexer.deployment.index_path),
-            collection_name=indexer.writer.collection_name,
-        )
+        reader = KnowledgeCollection(uri=indexer.collection.uri, index_path=str(indexer.deployment.index_path))
         try:
-            pairs, where = retriever.lexical_search("page the storage team", top_k=3)
-            chinese, _ = retriever.lexical_search("退款多久到账", top_k=1)
+            pairs, where = reader.lexical_search("page the storage team", 3)
+            chinese, _ = reader.lexical_search("退款多久到账", 1)
             contents = {r["id"]: r["content"] for r in store.get_rows([pairs[0][0], chinese[0][0]])}
         finally:
-            retriever.close()
+            reader.close()
         assert where == ("milvus" if self.full_text else "local")
         assert "page the storage team" in contents[pairs[0][0]]
         assert "退款" in contents[chinese[0][0]]
@@ -121,20 +119,20 @@ class TestKnowledgeIndexer:
     def test_write_failure_cleans_partial_chunks_and_keeps_the_old(self, indexer, tiny_kb, monkeypatch):
         indexer.index(tiny_kb, progress=False)
         before = versions_by_source(indexer)
-        count_before = indexer.writer.store.count()
+        count_before = indexer.collection.store.count()
         path = tiny_kb / "alerts/disk.md"
         path.write_text(path.read_text() + "\n## Escalation\n\nCall the storage on-call after one hour.\n")
-        real_insert = indexer.writer.store.insert
+        real_insert = indexer.collection.store.insert
 
         def half_then_fail(rows):
             real_insert(rows[: len(rows) // 2 or 1])
             raise ConnectionError("milvus went away mid-write")
 
-        monkeypatch.setattr(indexer.writer.store, "insert", half_then_fail)
+        monkeypatch.setattr(indexer.collection.store, "insert", half_then_fail)
         summary = indexer.index(tiny_kb, progress=False)
         assert summary.failed == 1 and "milvus went away" in summary.failures[0]["reason"]
         assert versions_by_source(indexer) == before
-        assert indexer.writer.store.count() == count_before
+        assert indexer.collection.store.count() == count_before
         assert (
             KnowledgeIndex.load(indexer.deployment.index_path).active_versions()["alerts/disk.md"]
             in before["alerts/disk.md"]
@@ -144,7 +142,7 @@ class TestKnowledgeIndexer:
         indexer.index(tiny_kb, progress=False)
         path = tiny_kb / "alerts/disk.md"
         path.write_text(path.read_text() + "\n## Escalation\n\nCall the storage on-call after one hour.\n")
-        real_insert = indexer.writer.store.insert
+        real_insert = indexer.collection.store.insert
 
         def half_then_fail(rows):
             real_insert(rows[: len(rows) // 2 or 1])
@@ -153,8 +151,8 @@ class TestKnowledgeIndexer:
         def delete_fails(ids):
             raise ConnectionError("delete failed too")
 
-        monkeypatch.setattr(indexer.writer.store, "insert", half_then_fail)
-        monkeypatch.setattr(indexer.writer.store, "delete_ids", delete_fails)
+        monkeypatch.setattr(indexer.collection.store, "insert", half_then_fail)
+        monkeypatch.setattr(indexer.collection.store, "delete_ids", delete_fails)
         indexer.index(tiny_kb, progress=False)
         monkeypatch.undo()
         assert len(versions_by_source(indexer)["alerts/disk.md"]) == 2  # the partial new version is left over
@@ -163,7 +161,7 @@ class TestKnowledgeIndexer:
         active = KnowledgeIndex.load(indexer.deployment.index_path).active_versions()
         assert versions_by_source(indexer)["alerts/disk.md"] == {active["alerts/disk.md"]}
         entry = KnowledgeIndex.load(indexer.deployment.index_path).by_source()["alerts/disk.md"]
-        rows = [r for r in indexer.writer.store.scan_metadata() if r["source"] == "alerts/disk.md"]
+        rows = [r for r in indexer.collection.store.scan_metadata() if r["source"] == "alerts/disk.md"]
         assert len(rows) == entry.chunks
 
     def test_deleted_file_loses_its_chunks(self, indexer, tiny_kb):
@@ -184,20 +182,20 @@ class TestKnowledgeIndexer:
     def test_rebuild_re_embeds_everything(self, indexer, tiny_kb):
         first = indexer.index(tiny_kb, progress=False)
         again = indexer.index(tiny_kb, rebuild=True, progress=False)
-        assert again.indexed == 3 and again.chunks == first.chunks == indexer.writer.store.count()
+        assert again.indexed == 3 and again.chunks == first.chunks == indexer.collection.store.count()
 
     def test_missing_folder_is_a_clear_error(self, indexer, tmp_path):
         with pytest.raises(FileNotFoundError, match="does not exist"):
             indexer.index(tmp_path / "nope", progress=False)
 
     def test_dimension_mismatch_is_rejected(self, tmp_path):
-        with pytest.raises(ValueError, match=r"writer\.dimension=384"):
+        with pytest.raises(ValueError, match=r"dimension 384, the embedder.s model .use-multilingual-v3. makes 512"):
             KnowledgeIndexer(
                 Deployment.resolve(tmp_path), component_params={"embedder": {"model": "use-multilingual-v3"}}
             )
 
     def test_vectors_in_store_match_the_embedder(self, indexer, tiny_kb):
         indexer.index(tiny_kb, progress=False)
-        s = indexer.writer.store
+        s = indexer.collection.store
         row = s.client.query(s.schema.collection_name, filter="", limit=1, output_fields=["*"])[0]
         assert np.isclose(np.linalg.norm(row["vector"]), 1.0, atol=1e-3)

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from haystack import Pipeline
 from haystack.core.errors import DeserializationError
 from sqlmodel import Session, func, select
 
-from components.knowledge_index import IndexedDocument, KnowledgeIndex
-from components.trace_store import ToolInvocation, TraceStore
+from components.store.knowledge_index import IndexedDocument, KnowledgeIndex
+from components.trace.trace_store import ToolInvocation, TraceStore
 from pipelines import load_pipeline, lookup
 from pipelines.indexing import KnowledgeIndexer
-from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, Deployment
+from pipelines.settings import DEFAULT_INDEXING_PIPELINE, DEFAULT_LOOKUP_PIPELINE, Deployment
 from tests.conftest import write_tiny_kb
 
 pytestmark = pytest.mark.integration
@@ -58,7 +60,9 @@ class TestLookupPipeline:
         _extra_docs(kb)
         deployment = Deployment.resolve(root / "data", milvus_uri=milvus_uri)
         collection = f"kb_{uuid.uuid4().hex[:10]}"
-        indexer = KnowledgeIndexer(deployment, component_params={"writer": {"collection_name": collection}})
+        indexer = KnowledgeIndexer(
+            deployment, component_params={"writer": {"collection": {"collection_name": collection}}}
+        )
         assert indexer.index(kb, progress=False).failed == 0
         indexer.close()
         # a category that L0 knows but Milvus has no chunks for (index and collection out of step)
@@ -85,11 +89,9 @@ class TestLookupPipeline:
     @classmethod
     def make_pipeline(cls, deployment):
         def make(**params) -> Pipeline:
-            retriever = {"collection_name": deployment.collection, **params.pop("retriever", {})}
+            # the pipeline names no collection: it reads the one `index` recorded in the data folder
             return load_pipeline(
-                data_dir=deployment.data_dir,
-                milvus_uri=deployment.milvus_uri,
-                component_params={"retriever": retriever, **params},
+                data_dir=deployment.data_dir, milvus_uri=deployment.milvus_uri, component_params=params
             )
 
         return make
@@ -229,6 +231,18 @@ class TestLookupPipeline:
             assert key in result
         assert result["completenessHint"] in ("complete", "truncated")
 
+    def test_rerank_trace_lists_the_returned_blocks_in_their_order(self, make_pipeline):
+        pipe = make_pipeline(
+            retriever={"reference_threshold": 0.5, "evidence_threshold": 0.5}, deduper={"max_per_document": 1}
+        )
+        result = lookup(pipe, "high cpu load average checkout-api replicas")
+        blocks = result["evidenceBlocks"]
+        assert len(blocks) >= 2 and len({b["source"] for b in blocks}) == len(blocks)  # the cap dropped chunks
+        items = result["rerankTrace"]["items"]
+        assert [i["evidenceKey"] for i in items] == [b["evidenceKey"] for b in blocks]
+        assert [i["rank"] for i in items] == list(range(1, len(blocks) + 1))
+        assert [i["finalScore"] for i in items] == [b["score"] for b in blocks]
+
     def test_chunk_level_dedup_keeps_distinct_chunks(self, pipeline):
         result = lookup(pipeline, "inode usage cache directory checklist for high cpu")
         cpu_blocks = [b for b in result["evidenceBlocks"] if b["source"] == "alerts/cpu.md"]
@@ -349,12 +363,12 @@ class TestLookupPipeline:
 
     def test_auto_mode_falls_back_to_sdk_with_reason(self, make_pipeline):
         pipe = make_pipeline(retriever={"mode": "auto", "reference_threshold": 0.5, "evidence_threshold": 0.5})
-        retriever = pipe.get_component("retriever")
+        collection = pipe.get_component("retriever").collection
 
         def broken(*args, **kwargs):
             raise ConnectionError("milvus-haystack store unavailable")
 
-        retriever._search_haystack = broken
+        collection._search_haystack = broken
         result = lookup(pipe, "退款多久能到账")
         attempt = result["retrievalTrace"]["attempts"][0]
         assert attempt["path"] == "sdk" and attempt["error"] is None
@@ -376,9 +390,11 @@ class TestLookupPipeline:
         second = lookup(pipeline, "Basic plan seats and price", session_id=session)
         assert second["found"] is False and second["evidenceStatus"] == "already_returned"
         assert second["evidenceBlocks"] == [] and second["contextPack"]["packedText"] == ""
-        assert second["retrievalTrace"]["attempts"] and second["rerankTrace"]["items"]
+        assert second["retrievalTrace"]["attempts"] and second["rerankTrace"]["items"] == []  # nothing returned
         assert "already returned" in second["message"]
-        assert self.trace_row(deployment, second).retrieval_details["session"]["suppressed"]
+        details = self.trace_row(deployment, second).retrieval_details
+        assert details["session"]["suppressed"]
+        assert details["rerank_trace"]["candidates"]  # what was found stays in the trace
         other = lookup(pipeline, "Basic plan seats and price", session_id=session + "-other")
         assert other["found"] is True
 
@@ -457,26 +473,28 @@ class TestLookupPipeline:
             attempt.pop("latency_ms", None)
         return stable
 
-    @pytest.mark.parametrize("retriever", ["bm25", "dense"])
-    def test_sidecar_is_traced_and_never_changes_the_result(self, make_pipeline, deployment, retriever):
+    @pytest.mark.parametrize(
+        ("retriever", "mode"), [("bm25", "sdk"), ("dense", "sdk"), ("dense", "haystack"), ("hybrid", "sdk")]
+    )
+    def test_sidecar_is_traced_and_never_changes_the_result(self, make_pipeline, deployment, retriever, mode):
         main = {"reference_threshold": 0.5, "evidence_threshold": 0.5}
         query = "disk usage above 90 percent on a node"
         off = lookup(make_pipeline(retriever=main), query)
         on = lookup(
-            make_pipeline(
-                retriever=main,
-                sidecar={"enabled": True, "retriever": retriever, "collection_name": deployment.collection},
-            ),
-            query,
+            make_pipeline(retriever=main, sidecar={"enabled": True, "retriever": retriever, "mode": mode}), query
         )
         failing = lookup(
-            make_pipeline(retriever=main, sidecar={"enabled": True, "collection_name": "no_such_collection"}),
+            make_pipeline(
+                retriever=main, sidecar={"enabled": True, "collection": {"collection_name": "no_such_collection"}}
+            ),
             query,
         )
         assert self._stable(on) == self._stable(off) == self._stable(failing)
         assert self.trace_row(deployment, off).retrieval_details["sidecar"] == {"enabled": False, "status": "off"}
         sidecar = self.trace_row(deployment, on).retrieval_details["sidecar"]
         assert (sidecar["status"], sidecar["retriever"], sidecar["error"]) == ("ok", retriever, None)
+        assert sidecar["mode"] == (None if retriever == "bm25" else mode)
+        assert {row["path"] for row in sidecar["rows"]} <= {"milvus", "local", mode, "bm25"}
         assert sidecar["rows"][0]["source"] == "alerts/disk.md"
         assert {"doc_id", "title", "breadcrumb", "category", "rank", "preview", "score_label", "score"} <= set(
             sidecar["rows"][0]
@@ -494,10 +512,7 @@ class TestLookupPipeline:
             data_dir=deployment.data_dir,
             milvus_uri=deployment.milvus_uri,
             trace_db_url=f"sqlite:///{blocker}/traces.db",
-            component_params={
-                "retriever": {"collection_name": deployment.collection},
-                "recorder": {"spool_path": str(tmp_path / "spool.jsonl")},
-            },
+            component_params={"recorder": {"spool_path": str(tmp_path / "spool.jsonl")}},
         )
         result = lookup(pipe, "disk full on the node")
         assert result["found"] is True and result["traceId"] is None
@@ -514,6 +529,27 @@ class TestPipelinesYaml:
     def test_refuses_to_load_without_the_allowlist(self):
         with pytest.raises(DeserializationError):
             Pipeline.loads(DEFAULT_LOOKUP_PIPELINE.read_text(encoding="utf-8"))
+
+    @pytest.mark.parametrize("path", [DEFAULT_LOOKUP_PIPELINE, DEFAULT_INDEXING_PIPELINE])
+    def test_every_shipped_value_is_the_code_default(self, path):
+        """One source of truth: a component built without arguments is configured as the shipped YAML says."""
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        for name, spec in data["components"].items():
+            module, _, class_name = spec["type"].rpartition(".")
+            cls = getattr(importlib.import_module(module), class_name)
+            default = cls()
+            for param, value in spec["init_parameters"].items():
+                if isinstance(value, dict) and "init_parameters" in value:
+                    continue  # a nested collection: the indexing pipeline defines the schema there (commented)
+                shipped = getattr(cls(**{param: value}), param)
+                assert getattr(default, param) == shipped, f"{path.name}: {name}.{param} ships {shipped!r}"
+
+    def test_the_lookup_yaml_names_no_schema(self):
+        """The lookup side says where the collection is; its schema is what `index` created it with."""
+        data = yaml.safe_load(DEFAULT_LOOKUP_PIPELINE.read_text(encoding="utf-8"))
+        for name in ("retriever", "sidecar"):
+            collection = data["components"][name]["init_parameters"]["collection"]["init_parameters"]
+            assert set(collection) == {"uri", "index_path", "token"}, name
 
     def test_round_trip_gives_the_same_pipeline(self):
         first = Pipeline.loads(DEFAULT_LOOKUP_PIPELINE.read_text(encoding="utf-8"), allowed_modules=["components"])

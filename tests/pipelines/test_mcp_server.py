@@ -25,19 +25,18 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from components.trace_store import TraceStore
+from components.trace.trace_store import TraceStore
 from pipelines.settings import REPO_ROOT, Deployment
 from tests.conftest import write_tiny_kb
 from tests.pipelines.test_agent_tool import AGENT_DOC, BLOCK_KEYS, COMPACT_KEYS, python_snippet
 
 pytestmark = pytest.mark.integration
 
-SERVER_ENV = {"HAYSTACK_TELEMETRY_ENABLED": "False"}
 STEP_TIMEOUT = 60
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
-    return {**os.environ, **SERVER_ENV, **extra}
+    return {**os.environ, **extra}
 
 
 def index_in_subprocess(root: Path) -> Path:
@@ -58,7 +57,7 @@ def index_in_subprocess(root: Path) -> Path:
 
 
 def server_command(data: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "pipelines.mcp_server", "--data-dir", str(data), *extra]
+    return [sys.executable, "-m", "pipelines.cli", "serve", "--data-dir", str(data), *extra]
 
 
 def trace_rows(data: Path, session_id: str) -> list[Any]:
@@ -129,7 +128,8 @@ def assert_traced(data: Path, session_id: str, trace_ids: list[int]) -> None:
 
 
 def stdio_parameters(data: Path) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, args=server_command(data)[1:], cwd=REPO_ROOT, env=SERVER_ENV)
+    # the client hands the server only HOME, PATH and a few others: telemetry stays off without being told
+    return StdioServerParameters(command=sys.executable, args=server_command(data)[1:], cwd=REPO_ROOT)
 
 
 class TestStdio:

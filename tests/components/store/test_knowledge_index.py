@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 
-from components.knowledge_index import (
+from components.store.knowledge_index import (
     CachedKnowledgeIndex,
     IndexedDocument,
     KnowledgeIndex,

@@ -1,27 +1,23 @@
-"""Access to the knowledge collection through pymilvus, with the original schema.
+"""The knowledge collection through pymilvus: create it, write and delete rows, scan, search, full-text search.
 
-The schema is the Java original's: a VARCHAR primary key `id`, the chunk text `content`, a FLOAT_VECTOR
-`vector` and a JSON `metadata` column. Field names, dimension, metric and index are configurable, so a
-collection created by another tool with that schema is used as it is. Where the Milvus version supports it
-(2.5+ and Milvus Lite), the collection also gets full-text search inside Milvus: a `lexical` VARCHAR holding the
-chunk's BM25 terms and a `sparse` field that Milvus' BM25 function fills from it.
+The schema (`components.store.schema.CollectionSchema`) is the Java original's, plus the full-text fields where
+Milvus supports them (2.5+ and Milvus Lite): a `lexical` VARCHAR holding the chunk's BM25 terms and a `sparse` field
+that Milvus' BM25 function fills from it.
 """
 
 from __future__ import annotations
 
-import json
 import logging as stdlib_logging
-import os
-import re
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from haystack import logging
 from pymilvus import DataType, Function, FunctionType, MilvusClient, MilvusException
 
-from components.bm25_index import K1, B, tokenize
+from components.store.lexical import K1, LEXICAL_MAX_BYTES, B
+from components.store.schema import CollectionSchema, is_lite_uri, string_literal
 
 logger = logging.getLogger(__name__)
 
@@ -37,11 +33,8 @@ class _DropLiteIteratorNoise(stdlib_logging.Filter):
 for _name in ("pymilvus.client.iterator.query_iterator", "grpc._server"):
     stdlib_logging.getLogger(_name).addFilter(_DropLiteIteratorNoise())
 
-METRICS = ("L2", "IP", "COSINE")
-_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DELETE_BATCH = 500
-_LEXICAL_MAX_BYTES = 65535
-# The terms are made by `components.bm25_index.tokenize` (English stems, Chinese character bigrams) and joined by
+# The terms are made by `components.store.lexical.tokenize` (English stems, Chinese character bigrams) and joined by
 # spaces, so Milvus only has to split on whitespace: its built-in analyzers alone measured worse
 # (benchmarks/milvus_analyzers.py: jieba nDCG@10 0.685 vs 0.728 on gitlab_handbook; `standard` cannot split Chinese).
 _LEXICAL_ANALYZER = {"tokenizer": "standard"}
@@ -50,107 +43,14 @@ _LEXICAL_ANALYZER = {"tokenizer": "standard"}
 _BM25_PARAMS = {"bm25_k1": K1, "bm25_b": B}
 
 
-def string_literal(value: str) -> str:
-    """
-    Quote a value as a Milvus expression string literal, escaping quotes and backslashes.
-
-    User text only ever reaches an expression through this function, so it is matched literally.
-
-    :param value: Any string.
-    :returns: A double-quoted literal.
-    """
-    return json.dumps(str(value), ensure_ascii=False)
-
-
-def validate_metric(metric_type: str) -> None:
-    """
-    Check a metric name.
-
-    :param metric_type: `L2`, `IP` or `COSINE`.
-    :raises ValueError: If the metric is not supported.
-    """
-    if metric_type not in METRICS:
-        msg = f"metric_type={metric_type!r} is not supported; use one of {list(METRICS)}"
-        raise ValueError(msg)
-
-
-def is_lite_uri(uri: str) -> bool:
-    """
-    Tell whether a URI names a Milvus Lite database file rather than a server.
-
-    :param uri: A Milvus URI.
-    :returns: True for a local `.db` path.
-    """
-    return not re.match(r"^[a-z]+://", uri)
-
-
 @dataclass(frozen=True)
-class CollectionSchema:
-    """Names and parameters of the knowledge collection."""
+class CollectionDescription:
+    """What an existing collection is, as Milvus describes it."""
 
-    collection_name: str = "knowledge_chunks"
-    dimension: int = 384
-    metric_type: str = "L2"
-    index_type: str = "AUTOINDEX"
-    id_field: str = "id"
-    content_field: str = "content"
-    vector_field: str = "vector"
-    metadata_field: str = "metadata"
-    lexical_field: str = ""
-    sparse_field: str = ""
-
-    @classmethod
-    def from_attributes(cls, owner: object) -> CollectionSchema:
-        """
-        Build and validate the schema from an object's attributes of the same names (a component's init parameters).
-
-        :param owner: An object with some of the attributes `collection_name`, `dimension`, `metric_type`, ...
-        :returns: The schema; attributes the object lacks keep their defaults.
-        :raises ValueError: Naming the bad parameter and the fix.
-        """
-        schema = cls(**{f.name: getattr(owner, f.name) for f in fields(cls) if hasattr(owner, f.name)})
-        schema.validate()
-        return schema
-
-    def validate(self) -> None:
-        """
-        Check every name and parameter.
-
-        :raises ValueError: Naming the bad parameter and the fix.
-        """
-        validate_metric(self.metric_type)
-        if self.dimension < 1:
-            msg = f"dimension={self.dimension!r} must be positive; use the embedder's dimension (384 for e5-small)"
-            raise ValueError(msg)
-        for name in ("collection_name", "id_field", "content_field", "vector_field", "metadata_field"):
-            value = getattr(self, name)
-            if not _KEY.match(value):
-                msg = f"{name}={value!r} must be a letter or '_' followed by letters, digits or '_'"
-                raise ValueError(msg)
-        for name in ("lexical_field", "sparse_field"):
-            value = getattr(self, name)
-            if value and not _KEY.match(value):
-                msg = f"{name}={value!r} must be an identifier, or '' for no full-text search in Milvus"
-                raise ValueError(msg)
-        if bool(self.lexical_field) != bool(self.sparse_field):
-            msg = (
-                f"lexical_field={self.lexical_field!r} and sparse_field={self.sparse_field!r} go together: "
-                "set both for full-text search in Milvus, or both to ''"
-            )
-            raise ValueError(msg)
-
-    def json_key(self, key: str) -> str:
-        """
-        Return the expression that reads one key of the JSON metadata column.
-
-        :param key: A metadata key (identifier characters only).
-        :returns: e.g. `metadata["category"]`.
-        :raises ValueError: If the key is not a plain identifier.
-        """
-        if not _KEY.match(key):
-            msg = f"metadata key {key!r} must be a plain identifier"
-            raise ValueError(msg)
-        return f"{self.metadata_field}[{string_literal(key)}]"
+    fields: dict[str, DataType]
+    dimension: int | None  # of the configured vector field, None when it has none
+    metric_type: str | None  # of the vector field's index, None when it has none
+    full_text: tuple[str, str] | None  # (text field, sparse field) of its BM25 function
 
 
 class MilvusChunkStore:
@@ -209,21 +109,23 @@ class MilvusChunkStore:
         """Tell whether the collection exists."""
         return bool(self.client.has_collection(self.schema.collection_name))
 
-    def ensure_collection(self) -> None:
+    def ensure_collection(self) -> bool:
         """
         Create the collection with the configured schema and indexes if it does not exist.
 
         With `lexical_field` and `sparse_field`, the collection gets a BM25 function from the first into the second.
         A Milvus that cannot create one (before 2.5) gets the collection without them, and lexical retrieval then
         runs in-process.
+
+        :returns: Whether the collection was created.
         """
         s = self.schema
         if self.exists():
-            return
+            return False
         if s.sparse_field:
             try:
                 self._create(full_text=True)
-                return
+                return True
             except MilvusException as err:
                 logger.warning(
                     "This Milvus has no BM25 full-text search ({error}); creating {collection} without it, "
@@ -233,6 +135,7 @@ class MilvusChunkStore:
                 )
                 self.drop()  # a failed create may leave a collection without indexes
         self._create(full_text=False)
+        return True
 
     def _create(self, full_text: bool) -> None:
         s = self.schema
@@ -247,7 +150,7 @@ class MilvusChunkStore:
             schema.add_field(
                 s.lexical_field,
                 DataType.VARCHAR,
-                max_length=_LEXICAL_MAX_BYTES,
+                max_length=LEXICAL_MAX_BYTES,
                 default_value="",  # rows written by other tools need not know the field
                 enable_analyzer=True,
                 analyzer_params=_LEXICAL_ANALYZER,
@@ -283,11 +186,28 @@ class MilvusChunkStore:
         :returns: `(text_field, sparse_field)` of the BM25 function, or None when the collection has none (an
             older Milvus, or a collection created without one).
         """
-        description = self.client.describe_collection(self.schema.collection_name)
-        for fn in description.get("functions") or []:
-            if _is_bm25(fn.get("type")) and fn.get("input_field_names") and fn.get("output_field_names"):
-                return str(fn["input_field_names"][0]), str(fn["output_field_names"][0])
-        return None
+        return _full_text(self.client.describe_collection(self.schema.collection_name))
+
+    def describe(self) -> CollectionDescription:
+        """
+        Describe the existing collection: its fields, vector dimension, metric and BM25 function.
+
+        :returns: The description.
+        """
+        s = self.schema
+        description = self.client.describe_collection(s.collection_name)
+        fields = {str(f["name"]): f["type"] for f in description.get("fields") or []}
+        dimension = next(
+            (int(f["params"]["dim"]) for f in description.get("fields") or [] if f["name"] == s.vector_field), None
+        )
+        metric = None
+        for name in self.client.list_indexes(s.collection_name):
+            index = self.client.describe_index(s.collection_name, name)
+            if index.get("field_name") == s.vector_field:
+                metric = str(index.get("metric_type") or "") or None
+        return CollectionDescription(
+            fields=fields, dimension=dimension, metric_type=metric, full_text=_full_text(description)
+        )
 
     def drop(self) -> None:
         """Drop the collection if it exists."""
@@ -300,6 +220,10 @@ class MilvusChunkStore:
         if not self._loaded:
             self.client.load_collection(self.schema.collection_name)
             self._loaded = True
+
+    def unload(self) -> None:
+        """Forget that the collection was loaded: the next read loads it again (it may have been re-created)."""
+        self._loaded = False
 
     def insert(self, rows: list[dict[str, Any]]) -> None:
         """
@@ -338,12 +262,12 @@ class MilvusChunkStore:
         return int(res[0]["count(*)"])
 
     def scan_metadata(
-        self, keys: tuple[str, ...] = ("source", "doc_version"), with_content: bool = False
+        self, keys: tuple[str, ...] | None = ("source", "doc_version"), with_content: bool = False
     ) -> list[dict[str, Any]]:
         """
         Return `{id, <keys>...}` (and `content`) for every row, never the vectors.
 
-        :param keys: Metadata keys to return.
+        :param keys: Metadata keys to return; None returns the whole metadata as `metadata`.
         :param with_content: Also return the chunk text as `content`.
         :returns: One dict per row.
         """
@@ -362,7 +286,8 @@ class MilvusChunkStore:
             while batch := iterator.next():
                 for row in batch:
                     meta = row.get(s.metadata_field) or {}
-                    item = {"id": row[s.id_field], **{k: meta.get(k) for k in keys}}
+                    item = {"id": row[s.id_field]}
+                    item.update({"metadata": meta} if keys is None else {k: meta.get(k) for k in keys})
                     if with_content:
                         item["content"] = row.get(s.content_field, "")
                     rows.append(item)
@@ -453,30 +378,13 @@ class MilvusChunkStore:
         return [(str(hit.get(self.schema.id_field, hit.get("id"))), abs(float(hit["distance"]))) for hit in res[0]]
 
 
-def lexical_text(text: str) -> str:
-    """
-    Turn a text into the BM25 terms stored in (and searched on) the collection's lexical field.
-
-    :param text: A chunk or a query.
-    :returns: Space-separated terms (English stems, Chinese character bigrams), cut to fit the field.
-    """
-    terms = " ".join(tokenize(text))
-    data = terms.encode()
-    if len(data) <= _LEXICAL_MAX_BYTES:
-        return terms
-    return data[:_LEXICAL_MAX_BYTES].decode(errors="ignore").rsplit(" ", 1)[0]
+def _full_text(description: dict[str, Any]) -> tuple[str, str] | None:
+    for fn in description.get("functions") or []:
+        if _is_bm25(fn.get("type")) and fn.get("input_field_names") and fn.get("output_field_names"):
+            return str(fn["input_field_names"][0]), str(fn["output_field_names"][0])
+    return None
 
 
 def _is_bm25(function_type: Any) -> bool:
     # describe_collection reports the type as the enum, its name or its number, depending on the server
     return function_type in (FunctionType.BM25, FunctionType.BM25.value, "BM25")
-
-
-def token_from_env(var: str | None) -> str | None:
-    """
-    Read a Milvus token from an environment variable, so that it never sits in YAML.
-
-    :param var: The variable name, or None.
-    :returns: The token, or None.
-    """
-    return os.environ.get(var) if var else None

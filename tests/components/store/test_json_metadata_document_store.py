@@ -7,9 +7,10 @@ import pytest
 from haystack.errors import FilterError
 from milvus_haystack import MilvusEmbeddingRetriever
 
-from components.embedding_backends import get_backend
-from components.json_metadata_document_store import JsonMetadataMilvusDocumentStore, json_filter_expression
-from components.milvus_chunk_store import CollectionSchema, MilvusChunkStore
+from components.core.embedding_backends import get_backend
+from components.store.json_metadata_document_store import JsonMetadataMilvusDocumentStore, json_filter_expression
+from components.store.milvus_chunk_store import MilvusChunkStore
+from components.store.schema import CollectionSchema
 from tests.conftest import index_tiny_kb
 
 SCHEMA = CollectionSchema()

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from components.bm25_index import K1, Bm25ChunkIndex, TermStatistics, tokenize
+from components.store.lexical import K1, Bm25ChunkIndex, TermStatistics, tokenize
 
 CHUNKS = ["disk full", "disk quota", "network down"]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from components.trace_store import ToolInvocation, TraceStore, redact_url
+from components.trace.trace_store import ToolInvocation, TraceStore, redact_url
 
 
 def _row(query: str = "q", *, session_id: str | None = "s1", found: bool = True, keys: list[str] | None = None):

@@ -10,11 +10,16 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.text_matching import mentions_folded
+from components.core.text_matching import mentions_folded
+
+T = TypeVar("T")
 
 
 class IndexedDocument(BaseModel):
@@ -40,6 +45,8 @@ class KnowledgeIndex(BaseModel):
     format_version: int = 1
     milvus_uri: str = ""
     collection_name: str = ""
+    # the schema the collection was created with (`CollectionSchema` fields), so readers need not repeat it
+    collection_schema: dict[str, str | int] = Field(default_factory=dict)
     embedding_model: str = ""
     documents: list[IndexedDocument] = Field(default_factory=list)
     # hint term (casefolded) -> category -> number of documents whose text or fields mention it
@@ -173,3 +180,66 @@ class CachedKnowledgeIndex:
         self._index = KnowledgeIndex.load(self.path)
         self._mtime = mtime
         return self._index, True
+
+
+class IndexVersionCache:
+    """
+    Values derived from the collection, computed once per index version and computed again after a re-index.
+
+    The index version is the knowledge index file's signature: every indexing run that changes anything rewrites
+    that file, so a value cached under one version (term statistics, the collection's description, an in-process
+    BM25 index, a connection that must be reloaded) is never used against a newer collection. Thread-safe: a value
+    is computed by one thread while the others wait for it.
+
+    ### Usage example
+
+    ```python
+    cache = IndexVersionCache(CachedKnowledgeIndex("data/knowledge_index.json"))
+    stats = cache.get("term_statistics", lambda: count_terms())
+    ```
+    """
+
+    def __init__(self, index: CachedKnowledgeIndex, on_new_version: Callable[[], None] | None = None) -> None:
+        """
+        :param index: The knowledge index file whose signature is the version.
+        :param on_new_version: Called (under the cache's lock) when the version changed, before anything is computed.
+        """
+        self.index = index
+        self._on_new_version = on_new_version
+        self._version: int | None = None
+        self._values: dict[str, Any] = {}
+        self._lock = threading.RLock()
+
+    def get(self, name: str, compute: Callable[[], T]) -> T:
+        """
+        Return the value cached under `name` for the current index version, computing it if needed.
+
+        :param name: What the value is, e.g. `term_statistics`.
+        :param compute: Makes the value; an exception is raised to the caller and nothing is cached.
+        :returns: The value.
+        """
+        with self._lock:
+            version = self.index.signature()
+            if version != self._version:
+                self._values.clear()
+                if self._on_new_version is not None:
+                    self._on_new_version()
+                self._version = version
+            if name not in self._values:
+                self._values[name] = compute()
+            return self._values[name]
+
+    def discard(self, name: str) -> None:
+        """
+        Forget one value (the next `get` of it computes again).
+
+        :param name: The value's name.
+        """
+        with self._lock:
+            self._values.pop(name, None)
+
+    def clear(self) -> None:
+        """Forget every value (the next `get` computes again)."""
+        with self._lock:
+            self._values.clear()
+            self._version = None

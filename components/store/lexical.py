@@ -1,9 +1,9 @@
-"""In-process BM25 over chunk texts, for English and Chinese.
+"""BM25 terms for English and Chinese, their statistics, and the in-process BM25 index.
 
 English is lowercased, split into words, stop words dropped and Snowball-stemmed (PyStemmer); Chinese runs are
-split into overlapping character bigrams (measured better than jieba words on Chinese legal text). `tokenize` also
-makes the terms stored in the collection for BM25 inside Milvus; `Bm25ChunkIndex` is the in-process fallback for a
-Milvus without full-text search.
+split into overlapping character bigrams (measured better than jieba words on Chinese legal text). `tokenize` makes
+the terms stored in the collection for BM25 inside Milvus (`lexical_text`) and searched there; `Bm25ChunkIndex` is
+the in-process fallback for a Milvus without full-text search.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import bm25s
 import numpy as np
 import Stemmer
 
-from components.text_matching import CJK
+from components.core.text_matching import CJK
 
 _TOKEN = re.compile(rf"[a-z0-9]+|{CJK.pattern}+")
 _STOP = frozenset(
@@ -88,6 +88,8 @@ _STEMMER = Stemmer.Stemmer("english")
 # Milvus' BM25 parameters (Milvus Lite applies these whatever the index says); the in-process index uses the same
 K1 = 1.5
 B = 0.75
+# Milvus' VARCHAR limit: the lexical field holds at most this many bytes of terms
+LEXICAL_MAX_BYTES = 65535
 
 
 def tokenize(text: str) -> list[str]:
@@ -106,6 +108,20 @@ def tokenize(text: str) -> list[str]:
     latin = [w for w in words if not CJK.match(w)]
     stems = iter(_STEMMER.stemWords(latin))
     return [next(stems) if not CJK.match(w) else w for w in words]
+
+
+def lexical_text(text: str) -> str:
+    """
+    Turn a text into the BM25 terms stored in (and searched on) the collection's lexical field.
+
+    :param text: A chunk or a query.
+    :returns: Space-separated terms (English stems, Chinese character bigrams), cut to fit the field.
+    """
+    terms = " ".join(tokenize(text))
+    data = terms.encode()
+    if len(data) <= LEXICAL_MAX_BYTES:
+        return terms
+    return data[:LEXICAL_MAX_BYTES].decode(errors="ignore").rsplit(" ", 1)[0]
 
 
 class TermStatistics:

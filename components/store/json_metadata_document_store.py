@@ -6,7 +6,7 @@ from haystack import Document
 from haystack.errors import FilterError
 from milvus_haystack import MilvusDocumentStore
 
-from components.milvus_chunk_store import CollectionSchema, string_literal
+from components.store.schema import CollectionSchema, string_literal
 
 _COMPARISONS = ("==", "!=", ">", ">=", "<", "<=")
 

@@ -73,7 +73,7 @@ class RetrievalTrace(_Contract):
 
 
 class RerankItem(_Contract):
-    """One reranked candidate and what moved it."""
+    """One returned block: its rank in the result, its scores before and after the rule boosts, and why."""
 
     rank: int
     source: str | None = None
@@ -84,7 +84,7 @@ class RerankItem(_Contract):
 
 
 class RerankTrace(_Contract):
-    """The rule weights and the top of the reranked list."""
+    """The rule weights, and the returned evidence blocks in their returned order with what moved them."""
 
     weights: dict[str, float] = Field(default_factory=dict)
     max_boost: float = 0.0

@@ -1,0 +1,1 @@
+"""What every layer shares and none owns: the result contract, the similarity scale, term matching, embedding models."""

@@ -1,0 +1,564 @@
+"""`KnowledgeCollection`: everything about one Milvus collection of knowledge chunks, for every component that uses it.
+
+The writer creates and fills it; the retriever, the sidecar and eval read it. One object owns the schema, the
+connection (pymilvus for the `sdk` path, milvus-haystack for the `haystack` path), dense search on either path,
+BM25 inside Milvus or in-process, the collection's term statistics, the rule that only a document's active version
+is ever returned, and one cache of what is derived from the collection, keyed by the index version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from typing import Any
+
+import numpy as np
+from haystack import Document, default_from_dict, default_to_dict, logging
+from haystack.utils import Secret
+from haystack.utils.filters import document_matches_filter
+from milvus_haystack import MilvusEmbeddingRetriever
+
+from components.core.scores import normalized_similarity, raw_from_normalized
+from components.store.json_metadata_document_store import JsonMetadataMilvusDocumentStore, json_filter_expression
+from components.store.knowledge_index import CachedKnowledgeIndex, IndexVersionCache
+from components.store.lexical import Bm25ChunkIndex, TermStatistics, lexical_text, tokenize
+from components.store.milvus_chunk_store import CollectionDescription, MilvusChunkStore
+from components.store.schema import SEMANTICS, CollectionSchema
+
+logger = logging.getLogger(__name__)
+
+DENSE_PATHS = ("haystack", "sdk")
+LEXICAL_SOURCES = ("auto", "milvus", "local")
+
+
+class CollectionMismatchError(ValueError):
+    """The existing collection does not have the schema the configuration asks for."""
+
+
+def deserialize_collection_inplace(init_parameters: dict[str, Any], key: str = "collection") -> None:
+    """
+    Turn a serialized `KnowledgeCollection` among a component's init parameters into the object, in place.
+
+    Like Haystack's `deserialize_secrets_inplace`: the component names the one class it accepts there, so the
+    type string in the YAML is checked against it instead of being imported by name.
+
+    :param init_parameters: A component's serialized init parameters.
+    :param key: The parameter holding the collection.
+    """
+    value = init_parameters.get(key)
+    if isinstance(value, dict):
+        init_parameters[key] = KnowledgeCollection.from_dict(value)
+
+
+class KnowledgeCollection:
+    """
+    One Milvus collection of knowledge chunks: its schema, its connection, and every way of reading it.
+
+    Dense search runs on the `haystack` path (milvus-haystack's `MilvusEmbeddingRetriever` over a store that reads
+    the JSON metadata column) or the `sdk` path (pymilvus); both return Documents whose `score` is the normalized
+    similarity in [0, 1] and whose meta carries the raw score, what it means and the path. BM25 runs inside Milvus on
+    the collection's full-text field, or in-process over its chunks where Milvus has none. Chunks of a superseded
+    document version are dropped by `drop_superseded`. Everything derived from the collection (its description,
+    term statistics, the in-process BM25 index, the haystack store) is cached per index version: a re-index by
+    another process is picked up at the next call.
+
+    `dimension` and `metric_type` may be left unset (None) to take them from the existing collection; when set they
+    must match it (checked in `warm_up`). A new collection is created with them (default 384 and `L2`).
+
+    ### Usage example
+
+    ```python
+    from components.store.knowledge_collection import KnowledgeCollection
+
+    collection = KnowledgeCollection(uri="data/milvus.db", index_path="data/knowledge_index.json")
+    collection.warm_up()
+    hits = collection.dense_search(vector, top_k=5, path="sdk")
+    pairs, path = collection.lexical_search("disk full", top_k=5)
+    ```
+    """
+
+    def __init__(
+        self,
+        uri: str = "data/milvus.db",
+        index_path: str = "data/knowledge_index.json",
+        collection_name: str | None = None,
+        dimension: int | None = None,
+        metric_type: str | None = None,
+        index_type: str | None = None,
+        id_field: str | None = None,
+        content_field: str | None = None,
+        vector_field: str | None = None,
+        metadata_field: str | None = None,
+        lexical_field: str | None = None,
+        sparse_field: str | None = None,
+        token: Secret | None = Secret.from_env_var("MILVUS_TOKEN", strict=False),  # noqa: B008 - Haystack's idiom
+        consistency_level: str = "Strong",
+    ) -> None:
+        """
+        Describe the collection; nothing connects until `warm_up` (or the first read).
+
+        Every schema parameter left unset (None) takes the value the collection was indexed with (recorded in the
+        knowledge index file by `lookup-knowledge index`), else the original's default (`knowledge_chunks`, 384,
+        `L2`, `AUTOINDEX`, fields `id`, `content`, `vector`, `metadata`, `lexical`, `sparse`). So the indexing
+        pipeline defines the schema and the lookup pipeline only says where the collection is.
+
+        :param uri: Milvus Lite `.db` path or a server URI such as `http://127.0.0.1:19530`.
+        :param index_path: The knowledge index file (active document versions and the recorded schema; its
+            signature is the index version).
+        :param collection_name: The collection.
+        :param dimension: Vector dimension. When set, it must match an existing collection's.
+        :param metric_type: `L2`, `COSINE` or `IP`. When set, it must match an existing collection's.
+        :param index_type: Vector index of a new collection, e.g. `AUTOINDEX`, `FLAT`, `IVF_FLAT`, `HNSW`.
+        :param id_field: Primary key field.
+        :param content_field: Text field.
+        :param vector_field: Vector field.
+        :param metadata_field: JSON metadata field.
+        :param lexical_field: Text field of a new collection holding each chunk's BM25 terms; `""` (with
+            `sparse_field` `""`) creates no full-text search in Milvus. An existing collection keeps its schema.
+        :param sparse_field: Sparse field of a new collection that Milvus' BM25 function fills from `lexical_field`.
+        :param token: Milvus server token (a Haystack `Secret`, by default the `MILVUS_TOKEN` environment variable
+            when it is set); never serialized as a value, never logged.
+        :param consistency_level: Read consistency. `Strong` by default: pymilvus defaults to `Bounded`, under
+            which a server may answer from before the latest writes.
+        :raises ValueError: If `uri` is empty or a name or parameter is invalid.
+        """
+        if not uri:
+            msg = "uri='' must name a Milvus Lite .db path or a server URI such as http://127.0.0.1:19530"
+            raise ValueError(msg)
+        self.uri = uri
+        self.index_path = index_path
+        self.collection_name = collection_name
+        self.dimension = dimension
+        self.metric_type = metric_type
+        self.index_type = index_type
+        self.id_field = id_field
+        self.content_field = content_field
+        self.vector_field = vector_field
+        self.metadata_field = metadata_field
+        self.lexical_field = lexical_field
+        self.sparse_field = sparse_field
+        self.token = token
+        self.consistency_level = consistency_level
+        self._schema = CollectionSchema.from_attributes(self)  # validates what is set
+        self._versions = CachedKnowledgeIndex(index_path)
+        self._cache = IndexVersionCache(self._versions, on_new_version=self._forget_connection_state)
+        self._store: MilvusChunkStore | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """
+        Serialize the collection's configuration (the token as its environment variable, never its value).
+
+        :returns: The serialized collection.
+        """
+        return default_to_dict(
+            self,
+            uri=self.uri,
+            index_path=self.index_path,
+            collection_name=self.collection_name,
+            dimension=self.dimension,
+            metric_type=self.metric_type,
+            index_type=self.index_type,
+            id_field=self.id_field,
+            content_field=self.content_field,
+            vector_field=self.vector_field,
+            metadata_field=self.metadata_field,
+            lexical_field=self.lexical_field,
+            sparse_field=self.sparse_field,
+            token=self.token,
+            consistency_level=self.consistency_level,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> KnowledgeCollection:
+        """
+        Deserialize a collection.
+
+        :param data: From `to_dict`.
+        :returns: The collection.
+        """
+        return default_from_dict(cls, data)
+
+    # --- connection and schema ------------------------------------------------------------------------------
+
+    @property
+    def schema(self) -> CollectionSchema:
+        """
+        The schema. Before `warm_up`: what is set, else the defaults; after: as resolved against the knowledge
+        index file and the collection itself (dimension and metric as Milvus reports them).
+        """
+        return self._schema
+
+    @property
+    def store(self) -> MilvusChunkStore:
+        """The pymilvus view of the collection (the `sdk` path, and every write), connected on first use."""
+        if self._store is None:
+            token = self.token.resolve_value() if self.token is not None else None
+            self._store = MilvusChunkStore(self.uri, self._schema, token, self.consistency_level)
+        return self._store
+
+    def warm_up(self) -> None:
+        """
+        Connect and, when the collection exists, check it against the configuration. Idempotent.
+
+        :raises CollectionMismatchError: If the collection's metric, dimension or fields differ from the
+            configuration (the message names both).
+        """
+        self.description()
+
+    def close(self) -> None:
+        """Release the connections and forget what was cached."""
+        if self._store is not None:
+            self._store.close()
+        self._store = None
+        self._cache.clear()
+
+    def _forget_connection_state(self) -> None:
+        # a re-index may have dropped and re-created the collection: load it again, rebuild the haystack store
+        if self._store is not None:
+            self._store.unload()
+
+    def create_if_missing(self) -> None:
+        """
+        Create the collection with the configured schema if it does not exist, then check it (`warm_up`).
+
+        :raises CollectionMismatchError: If an existing collection differs from the configuration.
+        """
+        if self.store.ensure_collection():
+            self._cache.clear()
+        self.warm_up()
+
+    def drop(self) -> None:
+        """Drop the collection if it exists (everything cached about it is forgotten)."""
+        self.store.drop()
+        self._cache.clear()
+
+    def index_version(self) -> int:
+        """
+        :returns: The current index version (the knowledge index file's signature; 0 before anything was indexed).
+        """
+        return self._versions.signature()
+
+    def description(self) -> CollectionDescription | None:
+        """
+        Describe the existing collection, checked against the configuration (cached per index version).
+
+        :returns: The description, or None when the collection does not exist yet.
+        :raises CollectionMismatchError: If the collection differs from the configuration.
+        """
+        found = self._cache.get("description", self._describe)
+        if found is None:  # not there yet: ask again next time, whoever creates it
+            self._cache.discard("description")
+        return found
+
+    def _configured(self) -> CollectionSchema:
+        """The schema asked for: what is set here, else what the collection was indexed with, else the defaults."""
+        index, _ = self._versions.get()
+        names = [f.name for f in fields(CollectionSchema)]
+        recorded = {k: v for k, v in index.collection_schema.items() if k in names}
+        if self.collection_name is not None and recorded.get("collection_name") != self.collection_name:
+            recorded = {}  # the index file describes another collection
+        explicit = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        return CollectionSchema(**{**recorded, **explicit})
+
+    def _describe(self) -> CollectionDescription | None:
+        wanted = self._configured()
+        wanted.validate()
+        self._schema = wanted
+        self.store.schema = wanted
+        if not self.store.exists():
+            return None
+        found = self.store.describe()
+        problems = []
+        for option, configured, actual in (
+            ("metric_type", self.metric_type, found.metric_type),
+            ("dimension", self.dimension, found.dimension),
+        ):
+            if configured is not None and actual is not None and configured != actual:
+                problems.append(f"{option} is {actual!r} in the collection but {configured!r} in the configuration")
+        missing = [
+            f"{option}={name!r}"
+            for option, name in (
+                ("id_field", wanted.id_field),
+                ("content_field", wanted.content_field),
+                ("vector_field", wanted.vector_field),
+                ("metadata_field", wanted.metadata_field),
+            )
+            if name not in found.fields
+        ]
+        if missing:
+            problems.append(f"the collection has no field {', '.join(missing)} (its fields: {sorted(found.fields)})")
+        if problems:
+            msg = (
+                f"collection {wanted.collection_name!r} at {self.uri} does not match the configuration: "
+                f"{'; '.join(problems)}. Set the configuration to the collection's values (or leave dimension and "
+                "metric_type unset to take them from the collection), or re-create it with `lookup-knowledge index "
+                "--rebuild`."
+            )
+            raise CollectionMismatchError(msg)
+        self._schema = wanted.with_values(
+            metric_type=found.metric_type or wanted.metric_type, dimension=found.dimension or wanted.dimension
+        )
+        self.store.schema = self._schema
+        return found
+
+    def exists(self) -> bool:
+        """
+        :returns: Whether the collection exists.
+        """
+        return self.description() is not None
+
+    def _require(self) -> CollectionDescription:
+        description = self.description()
+        if description is None:
+            msg = f"collection {self._schema.collection_name!r} does not exist; run `lookup-knowledge index` first"
+            raise LookupError(msg)
+        return description
+
+    def full_text_field(self) -> str:
+        """
+        :returns: The sparse output field of the collection's BM25 function, or `""` when it has none.
+        """
+        full_text = self._require().full_text
+        return full_text[1] if full_text else ""
+
+    # --- dense search ---------------------------------------------------------------------------------------
+
+    def _haystack_retriever(self) -> MilvusEmbeddingRetriever:
+        self._require()
+        s = self._schema
+        connection: dict[str, Any] = {"uri": self.uri}
+        if self.token is not None and self.token.resolve_value():
+            connection["token"] = self.token
+        store = JsonMetadataMilvusDocumentStore(
+            metadata_field=s.metadata_field,
+            connection_args=connection,
+            collection_name=s.collection_name,
+            primary_field=s.id_field,
+            text_field=s.content_field,
+            vector_field=s.vector_field,
+            index_params={"metric_type": s.metric_type, "index_type": s.index_type, "params": {}},
+            consistency_level=self.consistency_level,
+        )
+        # no init filters: the retriever's `filters or self.filters` must never re-apply an old filter
+        return MilvusEmbeddingRetriever(document_store=store, filters=None)
+
+    def connect(self, path: str) -> None:
+        """
+        Open a dense search path now rather than at the first search.
+
+        :param path: `haystack` or `sdk`.
+        :raises LookupError: If the collection does not exist.
+        """
+        if path == "haystack":
+            self._cache.get("haystack_retriever", self._haystack_retriever)
+        else:
+            self._require()
+            self.store.load()
+
+    def dense_search(
+        self, vector: list[float], top_k: int, filters: dict[str, Any] | None = None, path: str = "sdk"
+    ) -> list[Document]:
+        """
+        Vector search.
+
+        :param vector: The query vector.
+        :param top_k: Number of hits.
+        :param filters: Haystack filters on `meta.<key>` (values are always quoted literals, never pasted text).
+        :param path: `haystack` (milvus-haystack) or `sdk` (pymilvus).
+        :returns: Documents, best first: `score` is the normalized similarity, meta has `raw_score`,
+            `score_semantics` and `retrieval_path`.
+        :raises ValueError: For an unknown path.
+        :raises LookupError: If the collection does not exist.
+        """
+        if path not in DENSE_PATHS:
+            msg = f"path={path!r} is not a dense search path; use one of {list(DENSE_PATHS)}"
+            raise ValueError(msg)
+        if path == "haystack":
+            return self._search_haystack(vector, top_k, filters)
+        return self._search_sdk(vector, top_k, filters)
+
+    def _search_haystack(self, vector: list[float], top_k: int, filters: dict[str, Any] | None) -> list[Document]:
+        retriever = self._cache.get("haystack_retriever", self._haystack_retriever)
+        metric = self._schema.metric_type
+        out = []
+        for doc in retriever.run(query_embedding=vector, filters=filters, top_k=top_k)["documents"]:
+            similarity = float(doc.score or 0.0)
+            meta = {
+                **doc.meta,
+                "raw_score": raw_from_normalized(similarity, metric),
+                "score_semantics": SEMANTICS[metric],
+                "retrieval_path": "haystack",
+            }
+            out.append(replace(doc, meta=meta, score=min(1.0, max(0.0, similarity))))
+        return out
+
+    def _search_sdk(self, vector: list[float], top_k: int, filters: dict[str, Any] | None) -> list[Document]:
+        self._require()
+        metric = self._schema.metric_type
+        hits = self.store.search(vector, top_k=top_k, expr=json_filter_expression(filters, self._schema))
+        return [
+            Document(
+                id=hit["id"],
+                content=hit["content"],
+                score=normalized_similarity(hit["distance"], metric),
+                meta={
+                    **hit["metadata"],
+                    "raw_score": hit["distance"],
+                    "score_semantics": SEMANTICS[metric],
+                    "retrieval_path": "sdk",
+                },
+            )
+            for hit in hits
+        ]
+
+    def fetch_scored(self, ids: list[str], vector: list[float]) -> list[Document]:
+        """
+        Fetch chunks by id and score them against a query vector, as Milvus would (for chunks found another way).
+
+        :param ids: Chunk ids.
+        :param vector: The query vector.
+        :returns: Documents with the normalized similarity as `score` and `raw_score`, `score_semantics` in meta;
+            ids that do not exist are left out.
+        """
+        rows = self.store.get_rows(ids)
+        if not rows:
+            return []
+        metric = self._schema.metric_type
+        query = np.asarray(vector, dtype=np.float32)
+        stored = np.asarray([r["vector"] for r in rows], dtype=np.float32)
+        raw = ((stored - query) ** 2).sum(axis=1) if metric == "L2" else stored @ query
+        return [
+            Document(
+                id=row["id"],
+                content=row["content"],
+                score=normalized_similarity(float(value), metric),
+                meta={**row["metadata"], "raw_score": float(value), "score_semantics": SEMANTICS[metric]},
+            )
+            for row, value in zip(rows, raw, strict=True)
+        ]
+
+    def fetch(self, ids: list[str]) -> list[Document]:
+        """
+        Fetch chunks by id, without vectors.
+
+        :param ids: Chunk ids.
+        :returns: Documents in the order of `ids`; ids that do not exist are left out.
+        """
+        rows = {r["id"]: r for r in self.store.get_rows(ids)}
+        return [Document(id=i, content=rows[i]["content"], meta=rows[i]["metadata"]) for i in ids if i in rows]
+
+    # --- lexical search -------------------------------------------------------------------------------------
+
+    def _local_index(self) -> tuple[Bm25ChunkIndex, dict[str, dict[str, Any]]]:
+        rows = self.store.scan_metadata(keys=None, with_content=True)
+        index = Bm25ChunkIndex([r["id"] for r in rows], [r["content"] for r in rows])
+        return index, {r["id"]: r["metadata"] for r in rows}
+
+    def _lexical_path(self, source: str) -> str:
+        if source not in LEXICAL_SOURCES:
+            msg = f"lexical_source={source!r} is not supported; use one of {list(LEXICAL_SOURCES)}"
+            raise ValueError(msg)
+        if source == "local":
+            return "local"
+        if self.full_text_field():
+            return "milvus"
+        if source == "milvus":
+            msg = (
+                f"collection {self._schema.collection_name!r} has no BM25 full-text field; re-index it "
+                "(`lookup-knowledge index --rebuild`) on Milvus 2.5+ or Milvus Lite, or set lexical_source to auto "
+                "or local"
+            )
+            raise LookupError(msg)
+        return "local"
+
+    def lexical_search(
+        self, query: str, top_k: int, filters: dict[str, Any] | None = None, source: str = "auto"
+    ) -> tuple[list[tuple[str, float]], str]:
+        """
+        BM25 search, inside Milvus or in-process.
+
+        :param query: The query text.
+        :param top_k: Most hits.
+        :param filters: Haystack filters on `meta.<key>`.
+        :param source: `milvus` (the collection's BM25 full-text field), `local` (in-process over the collection's
+            chunks, read once per index version) or `auto` (milvus when the collection has the field, else local).
+        :returns: `(chunk_id, bm25_score)` pairs, best first, and the path that ran (`milvus` or `local`).
+        :raises LookupError: If `source` is `milvus` and the collection has no full-text field, or the collection
+            does not exist.
+        """
+        path = self._lexical_path(source)
+        if path == "milvus":
+            terms = lexical_text(query)
+            if not terms:
+                return [], path
+            expr = json_filter_expression(filters, self._schema)
+            return self.store.full_text_search(terms, self.full_text_field(), top_k=top_k, expr=expr), path
+        index, metadata = self._cache.get("local_bm25", self._local_index)
+        pairs = index.search(query, top_k=top_k * 5 if filters else top_k)
+        if filters:
+            pairs = [(cid, s) for cid, s in pairs if document_matches_filter(filters, Document(meta=metadata[cid]))]
+        return pairs[:top_k], path
+
+    def prepare_lexical(self, source: str = "auto", statistics: bool = False) -> str:
+        """
+        Read now what the first lexical search would otherwise wait for: the in-process index, or term statistics.
+
+        :param source: The lexical source, as for `lexical_search`.
+        :param statistics: Also count the term statistics (needed to normalize BM25 by the query's ideal score).
+        :returns: The path lexical searches take (`milvus` or `local`).
+        """
+        path = self._lexical_path(source)
+        if path == "local" or statistics:
+            self.term_statistics(source)
+        return path
+
+    def term_statistics(self, source: str = "auto") -> TermStatistics:
+        """
+        BM25 term statistics of the collection's chunks (counted once per index version).
+
+        :param source: The lexical source in use; with the in-process index the statistics come from it.
+        :returns: The statistics.
+        """
+        if self._lexical_path(source) == "local":
+            return self._cache.get("local_bm25", self._local_index)[0].statistics
+        return self._cache.get("term_statistics", self._count_terms)
+
+    def _count_terms(self) -> TermStatistics:
+        rows = self.store.scan_metadata(keys=(), with_content=True)
+        return TermStatistics(tokenize(r["content"]) for r in rows)
+
+    # --- versions and scans ---------------------------------------------------------------------------------
+
+    def drop_superseded(self, docs: list[Document]) -> tuple[list[Document], int]:
+        """
+        Keep only chunks of the active document versions (and rows without a version, written by other tools).
+
+        :param docs: Retrieved chunks with `source` and `doc_version` in their meta.
+        :returns: The kept chunks and how many were dropped.
+        """
+        index, _ = self._versions.get()
+        if not index.documents:
+            return docs, 0
+        active = index.active_versions()
+        kept = [
+            d
+            for d in docs
+            if not d.meta.get("doc_version") or active.get(d.meta.get("source", "")) == d.meta["doc_version"]
+        ]
+        return kept, len(docs) - len(kept)
+
+    def scan(self, keys: tuple[str, ...] = ("source", "doc_version"), with_content: bool = False) -> list[dict]:
+        """
+        Every row's id and some metadata keys, never the vectors.
+
+        :param keys: Metadata keys to return.
+        :param with_content: Also return the chunk text as `content`.
+        :returns: `{id, <keys>...}` per row.
+        """
+        self._require()
+        return self.store.scan_metadata(keys=keys, with_content=with_content)
+
+    def count(self) -> int:
+        """
+        :returns: The number of rows (0 when the collection does not exist).
+        """
+        return self.store.count() if self.exists() else 0

@@ -1,0 +1,136 @@
+"""The knowledge collection's schema: one definition for the writer, the retrievers, the sidecar and eval.
+
+The default is the Java original's: a VARCHAR primary key `id`, the chunk text `content`, a FLOAT_VECTOR `vector`
+and a JSON `metadata` column. Where Milvus has full-text search (2.5+ and Milvus Lite), a new collection also gets
+`lexical` (the chunk's BM25 terms) and `sparse` (filled from it by Milvus' BM25 function). Names, dimension, metric
+and index are configurable, so a collection created by another tool with that schema is used as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+METRICS = ("L2", "IP", "COSINE")
+#: What a raw Milvus score means, per metric.
+SEMANTICS = {"L2": "l2_distance", "COSINE": "cosine_similarity", "IP": "inner_product"}
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def string_literal(value: str) -> str:
+    """
+    Quote a value as a Milvus expression string literal.
+
+    User text only ever reaches an expression through this function, so it is matched literally.
+
+    :param value: Any string.
+    :returns: A double-quoted literal.
+    """
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def validate_metric(metric_type: str) -> None:
+    """
+    Check a metric name.
+
+    :param metric_type: `L2`, `IP` or `COSINE`.
+    :raises ValueError: If the metric is not supported.
+    """
+    if metric_type not in METRICS:
+        msg = f"metric_type={metric_type!r} is not supported; use one of {list(METRICS)}"
+        raise ValueError(msg)
+
+
+def is_lite_uri(uri: str) -> bool:
+    """
+    Tell whether a URI names a Milvus Lite database file rather than a server.
+
+    :param uri: A Milvus URI.
+    :returns: True for a local `.db` path.
+    """
+    return not re.match(r"^[a-z]+://", uri)
+
+
+@dataclass(frozen=True)
+class CollectionSchema:
+    """Names and parameters of the knowledge collection."""
+
+    collection_name: str = "knowledge_chunks"
+    dimension: int = 384
+    metric_type: str = "L2"
+    index_type: str = "AUTOINDEX"
+    id_field: str = "id"
+    content_field: str = "content"
+    vector_field: str = "vector"
+    metadata_field: str = "metadata"
+    lexical_field: str = "lexical"
+    sparse_field: str = "sparse"
+
+    @classmethod
+    def from_attributes(cls, owner: object) -> CollectionSchema:
+        """
+        Build and validate the schema from an object's attributes of the same names (a component's init parameters).
+
+        Attributes that are missing or None keep the schema's defaults.
+
+        :param owner: An object with some of the attributes `collection_name`, `dimension`, `metric_type`, ...
+        :returns: The schema.
+        :raises ValueError: Naming the bad parameter and the fix.
+        """
+        given = {f.name: getattr(owner, f.name, None) for f in fields(cls)}
+        schema = cls(**{name: value for name, value in given.items() if value is not None})
+        schema.validate()
+        return schema
+
+    def with_values(self, **changes: Any) -> CollectionSchema:
+        """
+        Return a validated copy with some values changed.
+
+        :param changes: Field values.
+        :returns: The new schema.
+        """
+        schema = replace(self, **changes)
+        schema.validate()
+        return schema
+
+    def validate(self) -> None:
+        """
+        Check every name and parameter.
+
+        :raises ValueError: Naming the bad parameter and the fix.
+        """
+        validate_metric(self.metric_type)
+        if self.dimension < 1:
+            msg = f"dimension={self.dimension!r} must be positive; use the embedder's dimension (384 for e5-small)"
+            raise ValueError(msg)
+        for name in ("collection_name", "id_field", "content_field", "vector_field", "metadata_field"):
+            value = getattr(self, name)
+            if not _KEY.match(value):
+                msg = f"{name}={value!r} must be a letter or '_' followed by letters, digits or '_'"
+                raise ValueError(msg)
+        for name in ("lexical_field", "sparse_field"):
+            value = getattr(self, name)
+            if value and not _KEY.match(value):
+                msg = f"{name}={value!r} must be an identifier, or '' for no full-text search in Milvus"
+                raise ValueError(msg)
+        if bool(self.lexical_field) != bool(self.sparse_field):
+            msg = (
+                f"lexical_field={self.lexical_field!r} and sparse_field={self.sparse_field!r} go together: "
+                "set both for full-text search in Milvus, or both to ''"
+            )
+            raise ValueError(msg)
+
+    def json_key(self, key: str) -> str:
+        """
+        Return the expression that reads one key of the JSON metadata column.
+
+        :param key: A metadata key (identifier characters only).
+        :returns: e.g. `metadata["category"]`.
+        :raises ValueError: If the key is not a plain identifier.
+        """
+        if not _KEY.match(key):
+            msg = f"metadata key {key!r} must be a plain identifier"
+            raise ValueError(msg)
+        return f"{self.metadata_field}[{string_literal(key)}]"

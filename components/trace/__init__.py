@@ -1,0 +1,1 @@
+"""The `tool_invocation` table and the store that writes and reads it."""

@@ -1,0 +1,348 @@
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from haystack import Document
+from haystack.utils import Secret
+
+from components.core.embedding_backends import get_backend
+from components.milvus_chunk_writer import MilvusChunkWriter
+from components.store.knowledge_collection import (
+    CollectionMismatchError,
+    KnowledgeCollection,
+    deserialize_collection_inplace,
+)
+from components.store.knowledge_index import KnowledgeIndex
+from components.store.schema import CollectionSchema
+from tests.conftest import index_tiny_kb
+
+CATEGORY = "meta.category"
+CUSTOM_FIELDS = {"id_field": "pk", "content_field": "text", "vector_field": "emb", "metadata_field": "meta_json"}
+
+
+def embed(query: str) -> list[float]:
+    return get_backend("multilingual-e5-small").embed_queries([query])[0].tolist()
+
+
+def category_is(value: str) -> dict:
+    return {"field": CATEGORY, "operator": "==", "value": value}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    """The tiny knowledge base indexed once into Milvus Lite for the whole module."""
+    return index_tiny_kb(tmp_path_factory.mktemp("collection"))
+
+
+@pytest.fixture
+def make_collection(data_dir):
+    made: list[KnowledgeCollection] = []
+
+    def make(**kwargs) -> KnowledgeCollection:
+        params = {"uri": str(data_dir / "milvus.db"), "index_path": str(data_dir / "knowledge_index.json")}
+        collection = KnowledgeCollection(**{**params, **kwargs})
+        made.append(collection)
+        return collection
+
+    yield make
+    for collection in made:
+        collection.close()
+
+
+def write_chunks(data_dir: Path, name: str, texts: list[str], **schema) -> None:
+    """A collection of its own with one chunk per text (unit vectors along the first axis)."""
+    collection = KnowledgeCollection(
+        uri=str(data_dir / "milvus.db"), index_path=str(data_dir / "none.json"), collection_name=name, **schema
+    )
+    writer = MilvusChunkWriter(collection)
+    try:
+        collection.drop()
+        writer.run(
+            documents=[
+                Document(
+                    id=f"{name}/{i}.md@v1#0",
+                    content=text,
+                    embedding=[1.0] + [0.0] * ((schema.get("dimension") or 384) - 1),
+                    meta={"source": f"{name}/{i}.md", "chunk_index": 0, "category": "misc"},
+                )
+                for i, text in enumerate(texts)
+            ]
+        )
+        collection.store.flush()
+    finally:
+        writer.close()
+
+
+class TestKnowledgeCollection:
+    # --- init, validation, serialization ---------------------------------------------------------------------
+
+    def test_init_defaults(self):
+        collection = KnowledgeCollection()
+        assert (collection.uri, collection.index_path) == ("data/milvus.db", "data/knowledge_index.json")
+        unset = ("collection_name", "dimension", "metric_type", "index_type", "id_field", "content_field")
+        assert all(getattr(collection, name) is None for name in unset)  # taken from the index, else defaults
+        assert collection.schema == CollectionSchema()
+        assert collection.token == Secret.from_env_var("MILVUS_TOKEN", strict=False)
+        assert collection.consistency_level == "Strong"
+
+    def test_init_does_not_connect(self, tmp_path):
+        KnowledgeCollection(uri=str(tmp_path / "nowhere" / "milvus.db"))
+        assert not (tmp_path / "nowhere").exists()
+
+    @pytest.mark.parametrize(
+        ("kwargs", "match"),
+        [
+            ({"uri": ""}, "uri=''"),
+            ({"metric_type": "HAMMING"}, "metric_type='HAMMING'"),
+            ({"id_field": "1bad"}, "id_field='1bad'"),
+            ({"content_field": "has space"}, "content_field='has space'"),
+            ({"vector_field": 'v"'}, "vector_field="),
+            ({"metadata_field": "meta-json"}, "metadata_field='meta-json'"),
+            ({"collection_name": "bad-name"}, "collection_name='bad-name'"),
+            ({"dimension": 0}, "dimension=0"),
+            ({"dimension": -3}, "dimension=-3"),
+            ({"lexical_field": "bad-name"}, "lexical_field='bad-name'"),
+            ({"sparse_field": ""}, "go together"),
+            ({"lexical_field": ""}, "go together"),
+        ],
+    )
+    def test_invalid_init(self, kwargs, match):
+        with pytest.raises(ValueError, match=match):
+            KnowledgeCollection(**kwargs)
+
+    def test_to_dict_from_dict_keeps_every_parameter(self):
+        params = {
+            "uri": "http://127.0.0.1:19530",
+            "index_path": "/srv/kb/knowledge_index.json",
+            "collection_name": "kb_other",
+            "dimension": 512,
+            "metric_type": "COSINE",
+            "index_type": "HNSW",
+            "lexical_field": "terms",
+            "sparse_field": "terms_bm25",
+            "consistency_level": "Bounded",
+            **CUSTOM_FIELDS,
+        }
+        collection = KnowledgeCollection(**params, token=Secret.from_env_var("OTHER_TOKEN"))
+        data = collection.to_dict()
+        assert data["type"] == "components.store.knowledge_collection.KnowledgeCollection"
+        assert data["init_parameters"] == {
+            **params,
+            "token": {"type": "env_var", "env_vars": ["OTHER_TOKEN"], "strict": True},
+        }
+        restored = KnowledgeCollection.from_dict(data)
+        assert restored.to_dict() == data
+        assert restored.schema == collection.schema
+
+    def test_the_token_is_never_serialized(self, monkeypatch):
+        monkeypatch.setenv("MILVUS_TOKEN", "s3cret-token")
+        data = KnowledgeCollection().to_dict()
+        assert "s3cret-token" not in repr(data)
+        assert data["init_parameters"]["token"] == {"type": "env_var", "env_vars": ["MILVUS_TOKEN"], "strict": False}
+        with pytest.raises(ValueError, match="Cannot serialize token-based secret"):
+            KnowledgeCollection(token=Secret.from_token("inline")).to_dict()
+
+    def test_deserialize_collection_inplace_accepts_only_a_knowledge_collection(self):
+        params = {"collection": KnowledgeCollection(collection_name="kb_x").to_dict(), "top_k": 3}
+        deserialize_collection_inplace(params)
+        assert isinstance(params["collection"], KnowledgeCollection) and params["top_k"] == 3
+        foreign = {"collection": {"type": "os.system", "init_parameters": {}}}
+        with pytest.raises(Exception, match="KnowledgeCollection"):
+            deserialize_collection_inplace(foreign)
+
+    # --- the schema: recorded by `index`, checked against the collection ------------------------------------
+
+    @pytest.mark.integration
+    def test_schema_comes_from_what_index_recorded(self, make_collection, data_dir):
+        collection = make_collection()
+        collection.warm_up()
+        recorded = KnowledgeIndex.load(data_dir / "knowledge_index.json").collection_schema
+        assert recorded == asdict(collection.schema)
+        assert (collection.schema.metric_type, collection.schema.dimension) == ("L2", 384)
+
+    @pytest.mark.integration
+    def test_a_custom_schema_recorded_by_index_needs_no_configuration(self, make_collection, data_dir, tmp_path):
+        name = f"custom_{uuid.uuid4().hex[:8]}"
+        write_chunks(data_dir, name, ["zebra crossing at night"], dimension=384, metric_type="IP", **CUSTOM_FIELDS)
+        index_path = tmp_path / "knowledge_index.json"
+        schema = CollectionSchema(collection_name=name, metric_type="IP", **CUSTOM_FIELDS)
+        KnowledgeIndex(collection_name=name, collection_schema=asdict(schema)).save(index_path)
+        collection = make_collection(index_path=str(index_path))  # names nothing but where
+        hits = collection.dense_search([1.0] + [0.0] * 383, 3, path="sdk")
+        assert [d.content for d in hits] == ["zebra crossing at night"]
+        assert collection.schema == schema
+        assert hits[0].meta["score_semantics"] == "inner_product"
+        assert hits[0].score == pytest.approx(1.0, abs=1e-4)
+
+    @pytest.mark.integration
+    def test_unset_metric_and_dimension_are_taken_from_the_collection(self, make_collection, data_dir):
+        name = f"cos_{uuid.uuid4().hex[:8]}"
+        write_chunks(data_dir, name, ["a", "b"], dimension=8, metric_type="COSINE")
+        collection = make_collection(collection_name=name, index_path=str(data_dir / "none.json"))
+        collection.warm_up()
+        assert (collection.schema.metric_type, collection.schema.dimension) == ("COSINE", 8)
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize(
+        ("kwargs", "names"),
+        [
+            ({"metric_type": "COSINE"}, ("metric_type is 'L2' in the collection but 'COSINE' in the configuration",)),
+            ({"dimension": 512}, ("dimension is 384 in the collection but 512 in the configuration",)),
+            ({"metric_type": "IP", "dimension": 8}, ("'L2'", "'IP'", "384", "8")),
+            ({"content_field": "body"}, ("content_field='body'", "its fields")),
+        ],
+    )
+    def test_warm_up_fails_when_the_collection_differs_from_the_configuration(self, make_collection, kwargs, names):
+        collection = make_collection(**kwargs)
+        with pytest.raises(CollectionMismatchError) as raised:
+            collection.warm_up()
+        for name in names:
+            assert name in str(raised.value)
+        assert "knowledge_chunks" in str(raised.value)
+
+    @pytest.mark.integration
+    def test_a_missing_collection_is_not_an_error_until_it_is_read(self, make_collection):
+        collection = make_collection(collection_name=f"missing_{uuid.uuid4().hex[:8]}")
+        collection.warm_up()  # the store may be indexed later
+        assert collection.exists() is False
+        assert collection.count() == 0
+        for path in ("sdk", "haystack"):
+            with pytest.raises(LookupError, match="run `lookup-knowledge index` first"):
+                collection.dense_search(embed("disk"), 3, path=path)
+        with pytest.raises(LookupError, match="does not exist"):
+            collection.lexical_search("disk", 3)
+
+    @pytest.mark.integration
+    def test_a_collection_created_later_is_found_without_a_restart(self, make_collection, data_dir):
+        name = f"later_{uuid.uuid4().hex[:8]}"
+        collection = make_collection(collection_name=name, index_path=str(data_dir / "none.json"))
+        assert collection.exists() is False
+        write_chunks(data_dir, name, ["zebra"])
+        assert collection.exists() is True
+        assert collection.count() == 1
+
+    # --- dense search -----------------------------------------------------------------------------------------
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("filters", [None, category_is("payments")])
+    def test_both_dense_paths_return_the_same_hits_on_one_scale(self, make_collection, filters):
+        collection = make_collection()
+        vector = embed("退款多久到账")
+        sdk = collection.dense_search(vector, 5, filters, path="sdk")
+        hay = collection.dense_search(vector, 5, filters, path="haystack")
+        assert sdk and [d.id for d in sdk] == [d.id for d in hay]
+        for a, b in zip(sdk, hay, strict=True):
+            assert a.score == pytest.approx(b.score, abs=1e-4)
+            assert (a.meta["retrieval_path"], b.meta["retrieval_path"]) == ("sdk", "haystack")
+            assert a.meta["score_semantics"] == b.meta["score_semantics"] == "l2_distance"
+        if filters:
+            assert {d.meta["category"] for d in sdk} == {"payments"}
+
+    def test_an_unknown_dense_path_is_rejected(self):
+        with pytest.raises(ValueError, match="path='bm25'"):
+            KnowledgeCollection().dense_search([0.0], 1, path="bm25")
+
+    @pytest.mark.integration
+    def test_fetch_scored_matches_what_milvus_reports(self, make_collection):
+        collection = make_collection()
+        vector = embed("disk full on a node")
+        hits = collection.dense_search(vector, 3, path="sdk")
+        scored = {d.id: d for d in collection.fetch_scored([d.id for d in hits] + ["no-such-id"], vector)}
+        assert set(scored) == {d.id for d in hits}
+        for hit in hits:
+            assert scored[hit.id].score == pytest.approx(hit.score, abs=1e-4)
+            assert scored[hit.id].meta["raw_score"] == pytest.approx(hit.meta["raw_score"], abs=1e-3)
+        assert [d.id for d in collection.fetch([hits[1].id, "no-such-id", hits[0].id])] == [hits[1].id, hits[0].id]
+
+    # --- versions -----------------------------------------------------------------------------------------------
+
+    @pytest.mark.integration
+    def test_drop_superseded_keeps_active_versions_and_foreign_rows(self, make_collection, data_dir, tmp_path):
+        index = KnowledgeIndex.load(data_dir / "knowledge_index.json")
+        index.by_source()["faq/plans.md"].doc_version = "newer"
+        index.save(tmp_path / "knowledge_index.json")
+        collection = make_collection(index_path=str(tmp_path / "knowledge_index.json"))
+        docs = collection.dense_search(embed("subscription plan price"), 10, path="sdk")
+        foreign = Document(id="x", content="written by another tool", meta={"source": "faq/plans.md"})
+        kept, dropped = collection.drop_superseded([*docs, foreign])
+        assert dropped == sum(d.meta["source"] == "faq/plans.md" for d in docs) > 0
+        assert foreign in kept and all(d.meta.get("doc_version") != "newer" for d in kept)
+
+    # --- lexical search: inside Milvus or in-process ----------------------------------------------------------
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("query", ["Pro plan API access seats", "退款多久到账", "disk full node"])
+    def test_milvus_and_in_process_bm25_rank_alike(self, make_collection, query):
+        collection = make_collection()
+        in_milvus, path = collection.lexical_search(query, 5, source="milvus")
+        in_process, local = collection.lexical_search(query, 5, source="local")
+        assert (path, local) == ("milvus", "local")
+        assert in_milvus, query
+        assert [cid for cid, _ in in_milvus] == [cid for cid, _ in in_process]
+        # the in-process index reports Milvus' scale (bm25s times k1 + 1), so the ideal-score ratio is path-free
+        assert [s for _, s in in_milvus] == pytest.approx([s for _, s in in_process], rel=0.02)
+
+    @pytest.mark.integration
+    def test_milvus_and_in_process_bm25_agree_on_length_normalization(self, make_collection, data_dir):
+        """Chunks of very different lengths: the two paths only agree if k1 and b are the same on both."""
+        filler = " ".join(f"filler{i}" for i in range(120))
+        texts = ["zebra crossing", f"zebra crossing {filler}", f"zebra zebra crossing {filler} {filler}"]
+        write_chunks(data_dir, "lengths", texts)
+        collection = make_collection(collection_name="lengths", index_path=str(data_dir / "none.json"))
+        ratios = {}
+        for source in ("milvus", "local"):
+            pairs, _ = collection.lexical_search("zebra", 3, source=source)
+            ratios[source] = {cid: score / pairs[0][1] for cid, score in pairs}
+        assert set(ratios["milvus"]) == set(ratios["local"]) == {f"lengths/{i}.md@v1#0" for i in range(3)}
+        assert ratios["milvus"] == pytest.approx(ratios["local"], rel=0.02)
+        assert min(ratios["local"].values()) < 0.8  # length normalization really separates them
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("source", ["milvus", "local"])
+    def test_bm25_respects_the_filters(self, make_collection, source):
+        collection = make_collection()
+        filtered, _ = collection.lexical_search("plan seats and seven days", 5, category_is("alerts"), source=source)
+        unfiltered, _ = collection.lexical_search("plan seats and seven days", 5, source=source)
+        categories = {r["id"]: r["category"] for r in collection.scan(keys=("category",))}
+        assert {categories[cid] for cid, _ in filtered} == {"alerts"}
+        assert {categories[cid] for cid, _ in unfiltered} == {"alerts", "product-faq"}
+
+    @pytest.mark.integration
+    def test_query_without_terms_finds_nothing_lexically(self, make_collection):
+        assert make_collection().lexical_search("the of and ?!", 5, source="milvus") == ([], "milvus")
+
+    @pytest.mark.integration
+    def test_a_collection_without_full_text(self, make_collection, data_dir):
+        write_chunks(data_dir, "plain_text", ["zebra crossing"], lexical_field="", sparse_field="")
+        collection = make_collection(collection_name="plain_text", index_path=str(data_dir / "none.json"))
+        assert collection.full_text_field() == ""
+        assert collection.lexical_search("zebra", 3)[1] == "local"  # auto falls back to the in-process index
+        with pytest.raises(LookupError, match="lexical_source"):
+            collection.lexical_search("zebra", 3, source="milvus")
+        assert collection.prepare_lexical("auto") == "local"
+
+    def test_an_unknown_lexical_source_is_rejected(self):
+        with pytest.raises(ValueError, match="lexical_source='elastic'"):
+            KnowledgeCollection().lexical_search("disk", 3, source="elastic")
+
+    # --- one cache, keyed by the index version ----------------------------------------------------------------
+
+    @pytest.mark.integration
+    def test_derived_values_are_computed_once_per_index_version(self, make_collection, data_dir, tmp_path):
+        index_path = tmp_path / "knowledge_index.json"
+        KnowledgeIndex.load(data_dir / "knowledge_index.json").save(index_path)
+        collection = make_collection(index_path=str(index_path))
+        stats = collection.term_statistics("milvus")
+        local = collection.term_statistics("local")
+        assert collection.term_statistics("milvus") is stats and collection.term_statistics("local") is local
+        assert stats.df == local.df and stats.chunks == local.chunks  # both paths count the same terms
+        before = collection.index_version()
+        index = KnowledgeIndex.load(index_path)
+        index.embedding_model = "re-indexed"
+        index.save(index_path)
+        assert collection.index_version() != before
+        assert collection.term_statistics("milvus") is not stats
+        assert collection.term_statistics("local") is not local
