@@ -1,12 +1,16 @@
 from __future__ import annotations
 
+import statistics as stats
 import time
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict, logging
 
 from components.core.scores import evidence_key, similarity_of
+from components.core.text_matching import script_language
+from components.store.collection_statistics import is_multilingual, language_offsets
 from components.store.knowledge_collection import (
     LEXICAL_SOURCES,
     CollectionMismatchError,
@@ -68,6 +72,8 @@ class FilteredRetryRetriever:
         lexical_weight: float = 0.15,
         lexical_source: str = "auto",
         lexical_normalization: str = "ideal",
+        language_balance: float = 0.75,
+        crosslingual_weight: float = 0.1,
         category_key: str = "category",
         enabled: bool = True,
     ) -> None:
@@ -92,6 +98,16 @@ class FilteredRetryRetriever:
             reach in this collection (sum of their IDF times k1 + 1, from term statistics read once per index
             change), so the bonus says how much of the query a chunk matches; or `best`, the best hit's score, so
             the best lexical hit always gets the full `lexical_weight`.
+        :param language_balance: How much of the embedder's same-language bias is taken out of the ranking, 0 (none)
+            to 1 (all), on a collection of more than one language: query and chunk are both centered on their
+            language's centroid (counted by `index`) before their similarity ranks the chunk, so an answer in the
+            other language is not outranked by same-language near-misses. A no-op on a collection of one language.
+            The candidate's `similarity` itself is never changed; the rank score loses the `language_offset`.
+        :param crosslingual_weight: On a collection of more than one language with cross-lingual vectors, a
+            candidate in another language than the query gains `crosslingual_weight` times how far its
+            cross-lingual similarity (use-multilingual-v3, a model aligned across languages, from the
+            `crosslingual_embedding` input) lies above the median of the same-language candidates' (it loses when
+            below). Same-language candidates keep their order; 0 turns it off.
         :param category_key: Metadata key the category filter applies to.
         :param enabled: With False, L1 does not run and the trace says so.
         :raises ValueError: If a parameter is out of range.
@@ -117,6 +133,12 @@ class FilteredRetryRetriever:
         if lexical_weight < 0:
             msg = f"lexical_weight={lexical_weight!r} must be >= 0 (0 turns hybrid retrieval off)"
             raise ValueError(msg)
+        if crosslingual_weight < 0:
+            msg = f"crosslingual_weight={crosslingual_weight!r} must be >= 0 (0 turns it off)"
+            raise ValueError(msg)
+        if not 0.0 <= language_balance <= 1.0:
+            msg = f"language_balance={language_balance!r} must be in [0, 1] (0 turns it off)"
+            raise ValueError(msg)
         for name, value in (("reference_threshold", reference_threshold), ("evidence_threshold", evidence_threshold)):
             if not 0.0 <= value <= 1.0:
                 msg = f"{name}={value!r} must be a normalized similarity in [0, 1]"
@@ -131,6 +153,8 @@ class FilteredRetryRetriever:
         self.lexical_weight = lexical_weight
         self.lexical_source = lexical_source
         self.lexical_normalization = lexical_normalization
+        self.language_balance = language_balance
+        self.crosslingual_weight = crosslingual_weight
         self.category_key = category_key
         self.enabled = enabled
 
@@ -151,6 +175,8 @@ class FilteredRetryRetriever:
             lexical_weight=self.lexical_weight,
             lexical_source=self.lexical_source,
             lexical_normalization=self.lexical_normalization,
+            language_balance=self.language_balance,
+            crosslingual_weight=self.crosslingual_weight,
             category_key=self.category_key,
             enabled=self.enabled,
         )
@@ -183,7 +209,7 @@ class FilteredRetryRetriever:
             self.collection.warm_up()
             self.collection.connect("sdk" if self.mode == "sdk" else "haystack")
             if self.lexical_weight > 0:
-                self.collection.prepare_lexical(self.lexical_source, statistics=self.lexical_normalization == "ideal")
+                self.collection.prepare_lexical(self.lexical_source, statistics=True)
         except CollectionMismatchError:
             raise
         except Exception as err:
@@ -207,11 +233,6 @@ class FilteredRetryRetriever:
             logger.warning("haystack path failed, using the sdk path: {error}", error=err)
             return self.collection.dense_search(vector, limit, filters, path="sdk")
 
-    def _lexical_norm(self, query: str, pairs: list[tuple[str, float]]) -> float:
-        if self.lexical_normalization == "best":
-            return pairs[0][1]
-        return self.collection.term_statistics(self.lexical_source).ideal_score(tokenize(query))
-
     def _with_lexical(
         self, hits: list[Document], vector: list[float], query: str, category: str, limit: int, attempt: dict
     ) -> list[Document]:
@@ -220,24 +241,109 @@ class FilteredRetryRetriever:
         )
         if not pairs:
             return hits
-        norm = self._lexical_norm(query, pairs)
-        bonus = {cid: self.lexical_weight * score / norm for cid, score in pairs}
+        # coverage: how much of the query's lexical weight a chunk matches, BM25 over the largest score the query's
+        # terms can reach here; the bonus divides by that (ideal) or by the best hit's score (best)
+        ideal = self.collection.term_statistics(self.lexical_source).ideal_score(tokenize(query))
+        norm = ideal if self.lexical_normalization == "ideal" else pairs[0][1]
+        scores = dict(pairs)
         known = {d.id for d in hits}
-        for doc in self.collection.fetch_scored([cid for cid in bonus if cid not in known], vector):
+        for doc in self.collection.fetch_scored([cid for cid in scores if cid not in known], vector):
             meta = {**doc.meta, "retrieval_path": "bm25", "similarity": doc.score}
             hits.append(replace(doc, meta=meta))
-        fused = [
-            replace(
-                d,
-                score=(d.score or 0.0) + bonus.get(d.id, 0.0),
-                meta={**d.meta, "lexical_score": round(bonus.get(d.id, 0.0), 4)},
-            )
-            for d in hits
-        ]
+        fused = []
+        for d in hits:
+            bm25 = scores.get(d.id, 0.0)
+            bonus = self.lexical_weight * bm25 / norm
+            meta = {**d.meta, "lexical_score": round(bonus, 4), "lexical_coverage": round(min(1.0, bm25 / ideal), 4)}
+            fused.append(replace(d, score=(d.score or 0.0) + bonus, meta=meta))
         return sorted(fused, key=lambda d: -(d.score or 0.0))
 
+    def _balance_languages(
+        self, hits: list[Document], vector: list[float], query: str, crosslingual: list[float], attempt: dict
+    ) -> list[Document]:
+        statistics = self.collection.statistics()
+        if (self.language_balance == 0 and self.crosslingual_weight == 0) or not is_multilingual(statistics):
+            return hits
+        languages = {d.id: script_language(d.content or "") for d in hits}
+        query_language = script_language(query)
+        offsets: dict[str, float] = {}
+        if self.language_balance > 0:
+            vectors = self.collection.store.get_vectors([d.id for d in hits])
+            offsets = language_offsets(vector, query_language, vectors, languages, statistics, self.language_balance)
+        similarities, bonuses = self._crosslingual_bonuses(hits, languages, query_language, crosslingual, attempt)
+        balanced = []
+        for doc in hits:
+            offset, bonus = offsets.get(doc.id, 0.0), bonuses.get(doc.id, 0.0)
+            meta = {**doc.meta, "language": languages[doc.id], "language_offset": round(offset, 4)}
+            if doc.id in similarities:
+                meta["crosslingual_similarity"] = round(similarities[doc.id], 4)
+                meta["crosslingual_bonus"] = round(bonus, 4)
+            balanced.append(replace(doc, score=(doc.score or 0.0) - offset + bonus, meta=meta))
+        return sorted(balanced, key=lambda d: -(d.score or 0.0))
+
+    def _crosslingual_bonuses(
+        self,
+        hits: list[Document],
+        languages: dict[str, str],
+        query_language: str,
+        crosslingual: list[float],
+        attempt: dict,
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        """
+        Cross-lingual similarity of every candidate, and the bonus of those in another language than the query.
+
+        The same-language candidates' median is the reference: e5 ranks those well, so an other-language candidate
+        moves up only as far as the aligned model finds it closer to the query than a typical same-language one.
+        """
+        if self.crosslingual_weight == 0 or not crosslingual:
+            return {}, {}
+        vectors = self.collection.crosslingual_vectors([d.id for d in hits])
+        if not vectors:
+            attempt["crosslingual"] = {"status": "no_vectors"}
+            return {}, {}
+        query = np.asarray(crosslingual, dtype=np.float32)
+        query /= np.linalg.norm(query) or 1.0
+        ids = list(vectors)
+        matrix = np.asarray([vectors[i] for i in ids], dtype=np.float32)
+        norms = np.linalg.norm(matrix, axis=1)
+        similarities = dict(zip(ids, (matrix @ query / np.where(norms > 0, norms, 1.0)).tolist(), strict=True))
+        same = [similarities[i] for i in ids if languages.get(i) == query_language]
+        reference = stats.median(same or list(similarities.values()))
+        bonuses = {
+            i: self.crosslingual_weight * (similarity - reference)
+            for i, similarity in similarities.items()
+            if languages.get(i) != query_language
+        }
+        attempt["crosslingual"] = {"status": "applied", "reference": round(reference, 4), "adjusted": len(bonuses)}
+        return similarities, bonuses
+
+    def _query_terms(self, query: str) -> dict[str, int] | None:
+        """How many distinct BM25 terms the query has, and how many of them occur in the collection at all."""
+        if self.lexical_weight == 0 or not query:
+            return None
+        try:
+            statistics = self.collection.term_statistics(self.lexical_source)
+        except Exception:  # the attempts record why the store is unreadable
+            return None
+        terms = set(tokenize(query))
+        return {"terms": len(terms), "known": sum(1 for term in terms if statistics.df.get(term, 0) > 0)}
+
+    def _calibration(self) -> dict[str, Any] | None:
+        """What the collection's index run counted: noise ceilings and languages (None when it counted nothing)."""
+        try:
+            statistics = self.collection.statistics()
+        except Exception:  # an unreadable index file shows in the attempts; the trace only lacks calibration
+            return None
+        if statistics is None:
+            return None
+        return {
+            "noise_similarity": statistics.noise_similarity,
+            "noise_probes": statistics.noise_probes,
+            "language_chunks": statistics.language_chunks,
+        }
+
     def _attempt(
-        self, name: str, vector: list[float], query: str, category: str, top_k: int
+        self, name: str, vector: list[float], query: str, category: str, top_k: int, crosslingual: list[float]
     ) -> tuple[list[Document], dict]:
         attempt: dict[str, Any] = {
             "name": name,
@@ -250,6 +356,7 @@ class FilteredRetryRetriever:
             "candidate_count": 0,
             "top_score": None,
             "lexical_path": None,
+            "crosslingual": None,
             "latency_ms": 0.0,
             "error": None,
         }
@@ -261,6 +368,7 @@ class FilteredRetryRetriever:
             hits = [replace(d, meta={**d.meta, "similarity": d.score}) for d in hits]
             if self.lexical_weight > 0 and query:
                 hits = self._with_lexical(hits, vector, query, category, depth, attempt)
+            hits = self._balance_languages(hits, vector, query, crosslingual, attempt)
             attempt["raw_hits"] = len(hits)
             active, attempt["stale_dropped"] = self.collection.drop_superseded(hits)
             usable = [d for d in active if similarity_of(d) >= self.evidence_threshold]
@@ -285,6 +393,7 @@ class FilteredRetryRetriever:
         query: str | None = None,
         category_filter: str | None = None,
         top_k: int | None = None,
+        crosslingual_embedding: list[float] | None = None,
     ) -> dict[str, Any]:
         """
         Retrieve L1 candidates.
@@ -293,9 +402,13 @@ class FilteredRetryRetriever:
         :param query: The query text, for the BM25 half of hybrid retrieval.
         :param category_filter: The L0 category, or empty for none.
         :param top_k: Overrides the init `top_k`.
+        :param crosslingual_embedding: The query's cross-lingual vector (use-multilingual-v3), for
+            `crosslingual_weight`; without it candidates rank without the cross-lingual bonus.
         :returns: `candidates` (Documents with `score` = normalized similarity and `raw_score`,
             `score_semantics`, `retrieval_path`, `attempt`, `evidence_key` in meta) and `retrieval_trace`
-            (`attempts`, `selected_attempt`, `fallback_reason`, `reference_threshold`, `l1_enabled`, `mode`).
+            (`attempts`, `selected_attempt`, `fallback_reason`, `reference_threshold`, `l1_enabled`, `mode`, and
+            `calibration`: the collection's noise ceilings and languages as `index` counted them, or None;
+            `query_terms`: the query's distinct BM25 terms and how many the collection knows, None without BM25).
         """
         top_k = top_k or self.top_k
         trace: dict[str, Any] = {
@@ -309,10 +422,14 @@ class FilteredRetryRetriever:
         }
         if not self.enabled or not query_embedding:
             return {"candidates": [], "retrieval_trace": trace}
+        trace["calibration"] = self._calibration()
+        trace["query_terms"] = self._query_terms(query or "")
         category = (category_filter or "").strip()
         docs: list[Document] = []
         if category:
-            docs, attempt = self._attempt("filtered", query_embedding, query or "", category, top_k)
+            docs, attempt = self._attempt(
+                "filtered", query_embedding, query or "", category, top_k, crosslingual_embedding or []
+            )
             trace["attempts"].append(attempt)
             if not docs:
                 trace["fallback_reason"] = NO_EVIDENCE
@@ -322,7 +439,9 @@ class FilteredRetryRetriever:
                 trace["selected_attempt"] = "filtered"
         if trace["selected_attempt"] is None:
             filtered = docs
-            docs, attempt = self._attempt("unfiltered", query_embedding, query or "", "", top_k)
+            docs, attempt = self._attempt(
+                "unfiltered", query_embedding, query or "", "", top_k, crosslingual_embedding or []
+            )
             trace["attempts"].append(attempt)
             trace["selected_attempt"] = "unfiltered"
             if filtered:  # low-quality filtered candidates still compete; dedup merges chunks found by both

@@ -8,6 +8,7 @@ from haystack import Document, component, default_from_dict, default_to_dict, lo
 
 from components.store.knowledge_collection import KnowledgeCollection, deserialize_collection_inplace
 from components.store.lexical import lexical_text
+from components.store.schema import CROSSLINGUAL_META_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +31,9 @@ class MilvusChunkWriter:
 
     Rows follow the collection's schema (`id`, `content`, `vector`, `metadata` JSON; names configurable). Where the
     Milvus version supports full-text search, a new collection also gets `lexical_field` (the chunk's BM25 terms,
-    written here) and `sparse_field` (filled from it by Milvus' BM25 function). The chunks of
+    written here) and `sparse_field` (filled from it by Milvus' BM25 function). A collection with a
+    `crosslingual_field` gets each chunk's cross-lingual vector from its meta `crosslingual_embedding` (moved out of
+    the metadata). The chunks of
     one document are inserted together; if the insert fails, whatever part of it landed is deleted again and the
     document is reported in `failures`, so the previous version of that document (whose chunk ids differ, because
     ids include the file version) stays untouched. Removing superseded versions is a separate, later step
@@ -92,6 +95,23 @@ class MilvusChunkWriter:
         description = self.collection.description()
         return description.full_text if description is not None else None
 
+    def _crosslingual_vector(self, doc: Document) -> list[float] | None:
+        """The chunk's cross-lingual vector when the collection has the field (then it is required)."""
+        if not self.collection.has_crosslingual():
+            return None
+        vector = doc.meta.get(CROSSLINGUAL_META_KEY)
+        expected = self.collection.schema.crosslingual_dimension
+        if not isinstance(vector, list) or len(vector) != expected:
+            got = len(vector) if isinstance(vector, list) else None
+            msg = (
+                f"chunk {doc.id} has no cross-lingual vector of dimension {expected} in meta "
+                f"{CROSSLINGUAL_META_KEY!r} (got {got}); the collection has the field "
+                f"{self.collection.schema.crosslingual_field!r}: run the indexing pipeline's crosslingual_embedder, "
+                "or create the collection with crosslingual_field ''"
+            )
+            raise ValueError(msg)
+        return vector
+
     def close(self) -> None:
         """Release the connection."""
         self.collection.close()
@@ -102,12 +122,16 @@ class MilvusChunkWriter:
             got = len(doc.embedding or [])
             msg = f"chunk {doc.id} has an embedding of dimension {got}, the collection expects {s.dimension}"
             raise ValueError(msg)
+        meta = {k: v for k, v in doc.meta.items() if k != CROSSLINGUAL_META_KEY}
         row = {
             s.id_field: doc.id,
             s.content_field: doc.content or "",
             s.vector_field: doc.embedding,
-            s.metadata_field: _json_safe(doc.meta),
+            s.metadata_field: _json_safe(meta),
         }
+        crosslingual = self._crosslingual_vector(doc)
+        if crosslingual is not None:
+            row[s.crosslingual_field] = crosslingual
         if full_text is not None:
             row[full_text[0]] = lexical_text(doc.content or "")
         return row

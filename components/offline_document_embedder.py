@@ -41,6 +41,7 @@ class OfflineDocumentEmbedder:
         meta_fields_to_embed: list[str] | None = None,
         embedding_separator: str = "\n",
         progress_bar: bool = False,
+        embedding_meta_key: str | None = None,
     ) -> None:
         """
         Create the embedder.
@@ -51,7 +52,10 @@ class OfflineDocumentEmbedder:
             Defaults to `["breadcrumb"]`.
         :param embedding_separator: Separator between the embedded metadata fields and the content.
         :param progress_bar: Show a progress bar while embedding.
-        :raises ValueError: If `model` is unknown or `batch_size` is not positive.
+        :param embedding_meta_key: Put the vector into this meta key instead of `embedding`, so that a second model
+            can embed the same documents (the indexing pipeline's cross-lingual vectors go to
+            `crosslingual_embedding`).
+        :raises ValueError: If `model` is unknown, `batch_size` is not positive or `embedding_meta_key` is empty.
         """
         validate_model_name(model)
         if batch_size < 1:
@@ -61,7 +65,11 @@ class OfflineDocumentEmbedder:
         self.batch_size = batch_size
         self.meta_fields_to_embed = ["breadcrumb"] if meta_fields_to_embed is None else list(meta_fields_to_embed)
         self.embedding_separator = embedding_separator
+        if embedding_meta_key is not None and not embedding_meta_key.strip():
+            msg = "embedding_meta_key='' must name a meta key, or be null to set Document.embedding"
+            raise ValueError(msg)
         self.progress_bar = progress_bar
+        self.embedding_meta_key = embedding_meta_key
         self._backend: EmbeddingBackend | None = None
 
     def warm_up(self) -> None:
@@ -75,13 +83,19 @@ class OfflineDocumentEmbedder:
         ]
         return self.embedding_separator.join([*meta_values, document.content or ""])
 
+    def _with_vector(self, document: Document, vector: list[float]) -> Document:
+        if self.embedding_meta_key is None:
+            return replace(document, embedding=vector)
+        return replace(document, meta={**document.meta, self.embedding_meta_key: vector})
+
     @component.output_types(documents=list[Document], meta=dict[str, Any])
     def run(self, documents: list[Document]) -> dict[str, Any]:
         """
         Embed the documents.
 
         :param documents: Documents to embed; they are not modified, embedded copies are returned.
-        :returns: `documents`: copies with `embedding` set; `meta`: the model name and the number of characters.
+        :returns: `documents`: copies with `embedding` (or meta `embedding_meta_key`) set; `meta`: the model name
+            and the number of characters.
         :raises TypeError: If `documents` is not a list of `Document`.
         """
         if not isinstance(documents, list) or any(not isinstance(d, Document) for d in documents):
@@ -99,5 +113,5 @@ class OfflineDocumentEmbedder:
             batch = self._backend.embed_passages(texts[start : start + self.batch_size])
             vectors.extend(row.tolist() for row in batch)
         meta["characters"] = sum(len(t) for t in texts)
-        embedded = [replace(doc, embedding=vec) for doc, vec in zip(documents, vectors, strict=True)]
+        embedded = [self._with_vector(doc, vec) for doc, vec in zip(documents, vectors, strict=True)]
         return {"documents": embedded, "meta": meta}

@@ -51,7 +51,9 @@ not an answer. The result is JSON.
 How to use it:
 - found=true (evidenceStatus "evidence"): answer only from contextPack.packedText or evidenceBlocks[].content, and \
 cite the `source` of every fact you use, with its section (`breadcrumb`), e.g. "(alerts/disk.md, Disk Full \
-Runbook > Diagnosis)". relevanceLevel (high/medium/low) says how close the best evidence is; completenessHint \
+Runbook > Diagnosis)". Every block cleared the knowledge base's noise ceiling: it is evidence, not a guess. \
+relevanceLevel (high/medium/low) says how strong the best evidence is (prefer a high block when blocks disagree); \
+a block's `similarity` (0-1) is comparable across lookups, its `score` only within one; completenessHint \
 "truncated" means some evidence was cut to fit (see contextPack.omittedSources).
 - found=false with evidenceStatus "no_evidence" (or "l1_disabled"): the knowledge base has nothing usable on this. \
 That means "no knowledge", never a fact: do not conclude that something is absent, false or impossible; say that \
@@ -88,7 +90,7 @@ TOOL_PARAMETERS: dict[str, Any] = {
 #: Statuses that reach the agent as a tool error instead of a result.
 ERROR_STATUSES = ("invalid_query", "error")
 
-_BLOCK_KEYS = ("evidenceKey", "source", "title", "breadcrumb", "content", "score", "hitReasons")
+_BLOCK_KEYS = ("evidenceKey", "source", "title", "breadcrumb", "content", "similarity", "score", "hitReasons")
 
 _ERROR_ADVICE = {
     "invalid_query": "Call lookup_knowledge again with a non-empty question (at most 2,000 characters).",
@@ -116,10 +118,11 @@ def compact_result(result: dict[str, Any]) -> dict[str, Any]:
     """
     Reduce a `LookupResult` JSON dict to what an agent needs.
 
-    Kept: `found`, `evidenceStatus`, `message`, `evidenceBlocks` (key, source, title, breadcrumb, content, score,
-    hit reasons), `contextPack` (packed text, included and omitted sources), `relevanceLevel`, `completenessHint`,
-    `retrievalTrace.fallbackReason`, `traceId`, `error`. Dropped: the retrieval attempts, the rerank trace, the L0
-    hints, score labels, the echoed query and session (all of it stays in the trace database).
+    Kept: `found`, `evidenceStatus`, `message`, `evidenceBlocks` (key, source, title, breadcrumb, content,
+    similarity, score, hit reasons), `contextPack` (packed text, included and omitted sources), `relevanceLevel`,
+    `completenessHint`, `retrievalTrace.fallbackReason`, `traceId`, `error`. Dropped: the retrieval attempts, the
+    rerank trace, the evidence decision, the L0 hints, score labels, the echoed query and session (all of it stays in
+    the trace database).
 
     :param result: The camelCase `LookupResult` JSON (the lookup pipeline's `recorder.result`).
     :returns: The compact dict (JSON-serializable).

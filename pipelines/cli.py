@@ -30,6 +30,13 @@ def _print_index_summary(summary: dict, deployment: Deployment) -> None:
             "BM25: in-process (this collection has no BM25 full-text field; on Milvus Lite or Milvus 2.5+, "
             "`lookup-knowledge index --rebuild` adds it)"
         )
+    if not summary.get("crosslingual"):
+        print(
+            "Cross-lingual vectors: none (this collection predates them or was created without them; "
+            "`lookup-knowledge index --rebuild` adds them), so answers in another language rank by e5 alone"
+        )
+    if summary["statistics"]:
+        print(f"Calibration: {summary['statistics']}")
     print(
         f"Data: Milvus at {deployment.milvus_uri}, knowledge index at {deployment.index_path}, "
         f"lookup traces in {deployment.trace_db_url}"
@@ -144,6 +151,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         component_params=component_params_from(args.set) or None,
         progress=not args.quiet,
         limit=args.limit,
+        negatives=args.negatives,
     )
     print(format_table(report))
     if args.json:
@@ -211,6 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--plot", default=None, help="write a PNG comparing the configs here")
     evaluate.add_argument("--pipeline", default=None, help="pipeline YAML measured as 'pipeline'")
     evaluate.add_argument("--limit", type=int, default=None, help="only the first N judged queries")
+    evaluate.add_argument(
+        "--negatives",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="unanswerable queries (eval.jsonl format, no judgments), besides the dataset's own negatives.jsonl",
+    )
     evaluate.add_argument(
         "--set",
         action="append",

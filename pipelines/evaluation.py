@@ -25,10 +25,12 @@ from tqdm import tqdm
 
 from components.core.embedding_backends import get_backend
 from components.core.scores import document_key
+from components.evidence_deduper import EvidenceDeduper
 from components.filtered_retry_retriever import FilteredRetryRetriever
 from components.l0_hint_provider import L0HintProvider
 from components.rule_reranker import RuleReranker
 from components.sidecar_retriever import SidecarRetriever
+from components.trace_recorder import TraceRecorder
 from pipelines import load_pipeline, lookup_inputs
 from pipelines.indexing import KnowledgeIndexer
 from pipelines.loading import find_node, node_of_type
@@ -112,23 +114,41 @@ def score_rankings(rankings: list[list[str]], gold: list[list[str]]) -> dict[str
     }
 
 
-class _Baselines:
-    """The `dense` and `bm25` configs, reading the same collection (and BM25 path) as the pipeline."""
+@dataclass(frozen=True)
+class Answer:
+    """What one config answered: its ranking, and what it would hand an agent."""
 
-    def __init__(self, retriever: FilteredRetryRetriever, model: str) -> None:
+    ranking: list[str]  # the document of every ranked chunk, best first
+    found: bool
+    blocks: list[str]  # the document of every returned block
+    relevance: str | None = None  # the pipeline's relevanceLevel
+
+
+class _Baselines:
+    """
+    The `dense` and `bm25` configs, reading the same collection (and BM25 path) as the pipeline. They never abstain:
+    whatever they rank, their first `blocks` chunks are what they would return.
+    """
+
+    def __init__(self, retriever: FilteredRetryRetriever, model: str, blocks: int) -> None:
         self.collection = retriever.collection
         self.lexical_source = retriever.lexical_source
         self.backend = get_backend(model)
         self.top_k = retriever.top_k
+        self.blocks = blocks
         self.doc_of = {r["id"]: r["doc_id"] for r in self.collection.scan(keys=("doc_id",))}
 
-    def dense(self, query: str) -> list[str]:
-        vector = self.backend.embed_queries([query])[0].tolist()
-        return [document_key(d.meta, d.id) for d in self.collection.dense_search(vector, self.top_k, path="sdk")]
+    def _answer(self, ranking: list[str]) -> Answer:
+        return Answer(ranking=ranking, found=bool(ranking), blocks=ranking[: self.blocks])
 
-    def bm25_search(self, query: str) -> list[str]:
+    def dense(self, query: str) -> Answer:
+        vector = self.backend.embed_queries([query])[0].tolist()
+        hits = self.collection.dense_search(vector, self.top_k, path="sdk")
+        return self._answer([document_key(d.meta, d.id) for d in hits])
+
+    def bm25_search(self, query: str) -> Answer:
         pairs, _ = self.collection.lexical_search(query, self.top_k, source=self.lexical_source)
-        return [self.doc_of.get(chunk, chunk) for chunk, _ in pairs]
+        return self._answer([self.doc_of.get(chunk, chunk) for chunk, _ in pairs])
 
 
 @dataclass
@@ -142,14 +162,16 @@ class _Observed:
     chunk_docs: list[tuple[str, str]]  # (evidence key, document) of every reranked candidate, in rank order
 
 
-def _pipeline_runner(pipeline: Pipeline, log: list[_Observed]) -> Callable[[str], list[str]]:
+def _pipeline_runner(pipeline: Pipeline, log: list[_Observed]) -> Callable[[str], Answer]:
     l0, _ = node_of_type(pipeline, L0HintProvider)
     retriever, _ = node_of_type(pipeline, FilteredRetryRetriever)
     reranker, _ = node_of_type(pipeline, RuleReranker)
     sidecar = find_node(pipeline, SidecarRetriever)
     wanted = {reranker, retriever, l0} | ({sidecar} if sidecar else set())
 
-    def run(query: str) -> list[str]:
+    recorder, _ = node_of_type(pipeline, TraceRecorder)
+
+    def run(query: str) -> Answer:
         out = pipeline.run(lookup_inputs(pipeline, query), include_outputs_from=wanted)
         trace = out[retriever]["retrieval_trace"]
         ranked = out[reranker]["documents"]
@@ -162,7 +184,13 @@ def _pipeline_runner(pipeline: Pipeline, log: list[_Observed]) -> Callable[[str]
                 chunk_docs=[(str(d.meta.get("evidence_key") or d.id), document_key(d.meta, d.id)) for d in ranked],
             )
         )
-        return [doc for _, doc in log[-1].chunk_docs]
+        result = out[recorder]["result"]
+        return Answer(
+            ranking=[doc for _, doc in log[-1].chunk_docs],
+            found=bool(result["found"]),
+            blocks=[block["docId"] for block in result["evidenceBlocks"]],
+            relevance=result["relevanceLevel"],
+        )
 
     return run
 
@@ -175,6 +203,7 @@ def evaluate(
     progress: bool = True,
     limit: int | None = None,
     baselines: bool = True,
+    negatives: list[str | Path] | None = None,
 ) -> dict[str, Any]:
     """
     Index the dataset's knowledge (if not yet indexed) and score its questions with every config.
@@ -186,8 +215,10 @@ def evaluate(
     :param progress: Show progress bars.
     :param limit: Use only the first N judged queries (for quick checks).
     :param baselines: Also measure `dense` and `bm25` (off only for parameter sweeps).
+    :param negatives: Files of unanswerable queries (`eval.jsonl` format, no judgments, `type` such as
+        `off-domain`), run besides the dataset's own `negatives.jsonl` when it has one.
     :returns: The report (JSON-ready).
-    :raises FileNotFoundError: If the folder lacks `knowledge/` or `eval.jsonl`.
+    :raises FileNotFoundError: If the folder lacks `knowledge/` or `eval.jsonl`, or a negatives file is missing.
     """
     dataset = Path(dataset_dir).resolve()
     eval_file = dataset / "eval.jsonl"
@@ -199,6 +230,9 @@ def evaluate(
             raise FileNotFoundError(msg)
     queries = load_eval_set(eval_file)
     judged = [q for q in queries if q.expected][:limit]
+    negative_files = [dataset / "negatives.jsonl"] if (dataset / "negatives.jsonl").exists() else []
+    negative_files += [Path(path) for path in negatives or []]
+    unanswerable = [q for path in negative_files for q in load_eval_set(path)][:limit]
     deployment = Deployment.resolve(data_dir or Path("data") / "eval" / dataset.name)
 
     indexer = KnowledgeIndexer(deployment)
@@ -215,24 +249,32 @@ def evaluate(
     )
     _, retriever = node_of_type(pipeline, FilteredRetryRetriever)
     observed: list[_Observed] = []
-    runners: dict[str, Callable[[str], list[str]]] = {"pipeline": _pipeline_runner(pipeline, observed)}
+    runners: dict[str, Callable[[str], Answer]] = {"pipeline": _pipeline_runner(pipeline, observed)}
     if baselines:
         # the baselines read the same collection, schema and connection as the pipeline
-        plain = _Baselines(retriever, model)
+        plain = _Baselines(retriever, model, blocks=node_of_type(pipeline, EvidenceDeduper)[1].max_blocks)
         runners.update(dense=plain.dense, bm25=plain.bm25_search)
-    rankings: dict[str, list[list[str]]] = {name: [] for name in runners}
+    answers: dict[str, list[Answer]] = {name: [] for name in runners}
     latencies: dict[str, list[float]] = {name: [] for name in runners}
     for query in tqdm(judged, desc="Querying", unit="query", disable=not progress):
         for name, run in runners.items():
             started = time.perf_counter()
-            ranked = run(query.query)
+            answers[name].append(run(query.query))
             latencies[name].append((time.perf_counter() - started) * 1000)
-            rankings[name].append(document_ranking(ranked))
+    judged_log = list(observed)  # the L0 and sidecar figures are about the judged queries only
+    abstained: dict[str, list[bool]] = {name: [] for name in runners}
+    for query in tqdm(unanswerable, desc="Negatives", unit="query", disable=not progress):
+        for name, run in runners.items():
+            abstained[name].append(not run(query.query).found)
 
+    rankings = {name: [document_ranking(a.ranking) for a in given] for name, given in answers.items()}
     gold = [q.expected for q in judged]
     configs = {}
     for name in runners:
         metrics = score_rankings(rankings[name], gold) if judged else {}
+        metrics.update(evidence_stats(answers[name], judged))
+        if unanswerable:
+            metrics["no_evidence_rate"] = sum(abstained[name]) / len(unanswerable)
         metrics["latency_ms_p50"] = statistics.median(latencies[name]) if judged else 0.0
         configs[name] = {k: round(v, 4) for k, v in metrics.items()}
     return {
@@ -242,9 +284,97 @@ def evaluate(
         "unjudged_left_out": len([q for q in queries if not q.expected]),
         "index": summary.as_dict(),
         "configs": configs,
-        "l0": _l0_stats(judged, observed, rankings["pipeline"]),
+        "l0": _l0_stats(judged, judged_log, rankings["pipeline"]),
         "by_type": scores_by_type(judged, rankings),
-        "sidecar": sidecar_stats(judged, observed),
+        "negatives": negative_stats(unanswerable, abstained, [str(p) for p in negative_files]),
+        "relevance": relevance_stats(answers["pipeline"], judged),
+        "sidecar": sidecar_stats(judged, judged_log),
+    }
+
+
+def evidence_stats(answers: list[Answer], judged: list[EvalQuery]) -> dict[str, float]:
+    """
+    How often a config says it found something for an answerable query, and how good what it returns is.
+
+    :param answers: One config's answers, aligned with `judged`.
+    :param judged: The judged queries.
+    :returns: `found_rate` (share of judged queries answered with evidence), `block_precision` (share of returned
+        blocks from judged-relevant documents, over the queries with blocks) and `block_recall` (share of a query's
+        judged documents among its returned blocks, over all judged queries).
+    """
+    if not judged:
+        return {}
+    with_blocks = [(a, q) for a, q in zip(answers, judged, strict=True) if a.found and a.blocks]
+    precision = [sum(doc in q.expected for doc in a.blocks) / len(a.blocks) for a, q in with_blocks]
+    recall = [
+        len(set(a.blocks) & set(q.expected)) / len(set(q.expected)) if a.found else 0.0
+        for a, q in zip(answers, judged, strict=True)
+    ]
+    return {
+        "found_rate": sum(a.found for a in answers) / len(judged),
+        "block_precision": statistics.mean(precision) if precision else 0.0,
+        "block_recall": statistics.mean(recall),
+    }
+
+
+def negative_stats(queries: list[EvalQuery], abstained: dict[str, list[bool]], files: list[str]) -> dict[str, Any]:
+    """
+    How often each config answers an unanswerable query with no evidence, per kind of negative.
+
+    :param queries: The negative queries.
+    :param abstained: Per config, whether it returned no evidence, aligned with `queries`.
+    :param files: Where the negatives came from.
+    :returns: `{files, queries, by_type: {type: {queries, no_evidence_rate: {config: rate}}}}`.
+    """
+    groups: dict[str, list[int]] = {}
+    for i, query in enumerate(queries):
+        groups.setdefault(query.type or "negative", []).append(i)
+    return {
+        "files": files,
+        "queries": len(queries),
+        "by_type": {
+            kind: {
+                "queries": len(picked),
+                "no_evidence_rate": {
+                    name: round(sum(flags[i] for i in picked) / len(picked), 4) for name, flags in abstained.items()
+                },
+            }
+            for kind, picked in sorted(groups.items())
+        },
+    }
+
+
+def relevance_stats(answers: list[Answer], judged: list[EvalQuery]) -> dict[str, Any]:
+    """
+    Whether the pipeline's `relevanceLevel` means what it says: quality per level (`high` should beat `medium`,
+    which should beat `low`).
+
+    :param answers: The pipeline's answers, aligned with `judged`.
+    :param judged: The judged queries.
+    :returns: `{level: {queries, hit@1, ndcg@10}}`, where hit@1 is whether the first returned block is from a
+        judged-relevant document.
+    """
+    levels: dict[str, list[int]] = {}
+    for i, answer in enumerate(answers):
+        levels.setdefault(answer.relevance or "none", []).append(i)
+    order = ("high", "medium", "low", "none")
+    return {
+        level: {
+            "queries": len(picked),
+            "hit@1": round(
+                sum(bool(answers[i].blocks) and answers[i].blocks[0] in judged[i].expected for i in picked)
+                / len(picked),
+                4,
+            ),
+            "ndcg@10": round(
+                score_rankings(
+                    [document_ranking(answers[i].ranking) for i in picked], [judged[i].expected for i in picked]
+                )["ndcg@10"],
+                4,
+            ),
+        }
+        for level in order
+        if (picked := levels.get(level))
     }
 
 
@@ -365,6 +495,23 @@ def format_table(report: dict[str, Any]) -> str:
     for kind, group in report.get("by_type", {}).items():
         scores = ", ".join(f"{name} {value:.3f}" for name, value in group["ndcg@10"].items())
         lines.append(f"  nDCG@10 on {kind} ({group['queries']} queries): {scores}")
+    evidence = ("found_rate", "block_precision", "block_recall", "no_evidence_rate")
+    lines.append(f"{'evidence':<12}" + "".join(f"{c:>18}" for c in evidence))
+    for name, metrics in report["configs"].items():
+        lines.append(
+            f"{name:<12}" + "".join(f"{metrics[c]:>16.4f}" if c in metrics else f"{'-':>16}" for c in evidence)
+        )
+    negatives = report.get("negatives") or {}
+    for kind, group in (negatives.get("by_type") or {}).items():
+        rates = ", ".join(f"{name} {value:.3f}" for name, value in group["no_evidence_rate"].items())
+        lines.append(f"  no_evidence on {kind} negatives ({group['queries']} queries): {rates}")
+    relevance = report.get("relevance") or {}
+    if relevance:
+        levels = "; ".join(
+            f"{level} {v['queries']} queries hit@1 {v['hit@1']:.3f} nDCG@10 {v['ndcg@10']:.3f}"
+            for level, v in relevance.items()
+        )
+        lines.append(f"relevanceLevel: {levels}")
     side = report.get("sidecar")
     if side:
         what = " ".join(str(part) for part in (side["retriever"], side["mode"] or "", f"on {side['collection']}"))

@@ -16,11 +16,13 @@ from typing import Any
 from haystack import Document, Pipeline, logging
 from tqdm import tqdm
 
-from components.core.embedding_backends import model_dimension
+from components.core.embedding_backends import get_backend, model_dimension
 from components.markdown_loader import KnowledgeFileError, MarkdownKnowledgeLoader, file_version, parse_knowledge_file
 from components.milvus_chunk_writer import MilvusChunkWriter
 from components.offline_document_embedder import OfflineDocumentEmbedder
+from components.store.collection_statistics import CollectionStatistics
 from components.store.knowledge_index import IndexedDocument, KnowledgeIndex, term_category_counts
+from components.store.schema import CROSSLINGUAL_META_KEY
 from pipelines.loading import load_pipeline_file, node_of_type
 from pipelines.settings import DEFAULT_INDEXING_PIPELINE, Deployment
 
@@ -42,6 +44,8 @@ class IndexSummary:
     failures: list[dict[str, str]] = field(default_factory=list)
     cleanup_error: str | None = None
     bm25: str = ""  # where lookups run BM25 on this collection: `milvus` or `in-process`
+    statistics: str = ""  # the collection's languages and noise ceiling, in one line
+    crosslingual: bool = False  # whether the collection holds cross-lingual vectors
 
     @property
     def failed(self) -> int:
@@ -68,7 +72,9 @@ class IndexSummary:
             "chars_per_second": round(self.chars_per_second, 1),
             "failures": self.failures,
             "cleanup_error": self.cleanup_error,
+            "crosslingual": self.crosslingual,
             "bm25": self.bm25,
+            "statistics": self.statistics,
         }
 
 
@@ -129,18 +135,39 @@ class KnowledgeIndexer:
         self.deployment = deployment
         self.pipeline: Pipeline = load_pipeline_file(pipeline_path, deployment, component_params)
         self._loader, _ = node_of_type(self.pipeline, MarkdownKnowledgeLoader)
-        self._embedder, embedder = node_of_type(self.pipeline, OfflineDocumentEmbedder)
         self._writer, self.writer = node_of_type(self.pipeline, MilvusChunkWriter)
         self.collection = self.writer.collection
+        self._embedder, embedder = self._embedders()
         self.embedding_model = embedder.model
-        dimension = self.collection.schema.dimension
-        if model_dimension(self.embedding_model) != dimension:
+        self.files_per_batch = files_per_batch
+
+    def _embedders(self) -> tuple[str, OfflineDocumentEmbedder]:
+        """Find the main embedder (and check the cross-lingual one against the collection's schema)."""
+        embedders = [(n, c) for n, c in self.pipeline.walk() if isinstance(c, OfflineDocumentEmbedder)]
+        main = [(n, c) for n, c in embedders if c.embedding_meta_key is None]
+        crosslingual = [c for _, c in embedders if c.embedding_meta_key == CROSSLINGUAL_META_KEY]
+        if len(main) != 1:
+            msg = f"the indexing pipeline needs exactly one embedder that sets Document.embedding, it has {len(main)}"
+            raise ValueError(msg)
+        schema = self.collection.schema
+        for option, model, dimension in (
+            ("dimension", main[0][1].model, schema.dimension),
+            *(("crosslingual_dimension", c.model, schema.crosslingual_dimension) for c in crosslingual),
+        ):
+            if model_dimension(model) != dimension:
+                msg = (
+                    f"the writer's collection has {option} {dimension}, the embedder's model {model!r} makes "
+                    f"{model_dimension(model)}; set the collection's {option} to the model's"
+                )
+                raise ValueError(msg)
+        if schema.crosslingual_field and not crosslingual:
             msg = (
-                f"the writer's collection has dimension {dimension}, the embedder's model {self.embedding_model!r} "
-                f"makes {model_dimension(self.embedding_model)}; set the collection's dimension to the model's"
+                f"the collection's crosslingual_field {schema.crosslingual_field!r} needs an embedder with "
+                f"embedding_meta_key {CROSSLINGUAL_META_KEY!r} in the indexing pipeline (crosslingual_embedder), "
+                "or set crosslingual_field to '' for a collection without cross-lingual vectors"
             )
             raise ValueError(msg)
-        self.files_per_batch = files_per_batch
+        return main[0]
 
     def _previous(self, rebuild: bool) -> KnowledgeIndex:
         previous = KnowledgeIndex.load(self.deployment.index_path)
@@ -207,6 +234,7 @@ class KnowledgeIndexer:
         ]
         summary = IndexSummary(files=len(files), skipped=len(files) - len(todo))
         summary.bm25 = "milvus" if self.writer.full_text_fields else "in-process"
+        summary.crosslingual = self.collection.has_crosslingual()
         summary.deleted = len(set(old) - set(versions))
         fresh: dict[str, IndexedDocument] = {}
         batches = [todo[i : i + self.files_per_batch] for i in range(0, len(todo), self.files_per_batch)]
@@ -233,17 +261,32 @@ class KnowledgeIndexer:
                 else term_category_counts(list(active.values()), _bodies(root, active))
             ),
         )
+        index.statistics = previous.statistics  # until they are counted again below
         if index != previous:  # an unchanged file keeps its mtime, so running lookups need not reload anything
-            index.save(self.deployment.index_path)
+            index.save(self.deployment.index_path)  # the switch: new versions active before old chunks go
+        active_versions = {s: d.doc_version for s, d in active.items()}
         if fresh or summary.deleted or summary.failures or rebuild:
             try:
-                summary.stale_chunks_removed = self.writer.remove_stale({s: d.doc_version for s, d in active.items()})
+                summary.stale_chunks_removed = self.writer.remove_stale(active_versions)
             except Exception as err:  # harmless: stale chunks are never returned and the next run retries
                 logger.warning("Removing superseded chunks failed: {error}", error=err)
                 summary.cleanup_error = str(err)
         self.collection.store.flush()
+        index.statistics = self._statistics(previous, unchanged, active_versions)
+        summary.statistics = index.statistics.summary()
+        if index.statistics != previous.statistics:
+            index.save(self.deployment.index_path)
         summary.seconds = time.perf_counter() - started
         return summary
+
+    def _statistics(
+        self, previous: KnowledgeIndex, unchanged: bool, active_versions: dict[str, str]
+    ) -> CollectionStatistics:
+        """The collection's statistics: the previous run's when nothing changed, else counted again."""
+        if unchanged and previous.statistics and previous.statistics.embedding_model == self.embedding_model:
+            return previous.statistics
+        backend = get_backend(self.embedding_model)
+        return self.collection.compute_statistics(backend.embed_queries, self.embedding_model, active_versions)
 
     def close(self) -> None:
         """Release the Milvus connection."""

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import components  # noqa: F401 - first: test modules import Haystack, and this switches its telemetry off before
+
+# isort: split
+
 import shutil
 from pathlib import Path
 
@@ -80,6 +84,22 @@ def index_tiny_kb(root: Path) -> Path:
         indexer.close()
     assert summary.indexed == 3 and summary.failed == 0
     return root / "data"
+
+
+@pytest.fixture(scope="session")
+def knowledge_data(tmp_path_factory) -> Path:
+    """The repository's own knowledge base (English and Chinese, 20 files) indexed once per session; its data folder."""
+    from pipelines.indexing import KnowledgeIndexer
+    from pipelines.settings import Deployment
+
+    data = tmp_path_factory.mktemp("knowledge") / "data"
+    indexer = KnowledgeIndexer(Deployment.resolve(data))
+    try:
+        summary = indexer.index(KNOWLEDGE_DIR, progress=False)
+    finally:
+        indexer.close()
+    assert summary.failed == 0 and summary.indexed == summary.files
+    return data
 
 
 @pytest.fixture

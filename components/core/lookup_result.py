@@ -25,7 +25,23 @@ class EvidenceBlock(_Contract):
     category: str = ""
     retrieval_layer: Literal["L1", "L0+L1"]
     content: str
+    #: the rank score the blocks are ordered by (similarity, minus the language balance, plus the lexical bonus, the
+    #: cross-lingual bonus and rule boosts): compare it within one result only; threshold `similarity` instead
     score: float
+    #: normalized dense similarity to the query, 0-1, the same meaning on every path and metric
+    similarity: float
+    #: share of the query's lexical weight the block matches (BM25 over the largest score the query's terms reach)
+    lexical_coverage: float = 0.0
+    #: similarity under the cross-lingual model (use-multilingual-v3), on a collection of more than one language
+    crosslingual_similarity: float | None = None
+    #: how far the similarity is above (+) or below (-) the collection's noise ceiling for the query's language
+    noise_margin: float | None = None
+    #: why it counts as evidence: `dense` (similarity clears the noise ceiling), `dense+lexical`, or `rank` (ranks with
+    #: the best block without meeting either rule on its own, as an answer in the other language may)
+    evidence_basis: str | None = None
+    raw_score: float | None = None
+    score_semantics: str = ""
+    retrieval_path: str = ""
     score_label: str
     hit_reasons: list[str] = Field(default_factory=list)
 
@@ -55,9 +71,20 @@ class RetrievalAttempt(_Contract):
     candidate_count: int = 0
     top_score: float | None = None
     lexical_path: str | None = None  # where BM25 ran for hybrid retrieval: `milvus`, `local`, or None (off)
+    #: the cross-lingual bonus: `status` applied (with the same-language `reference` and how many candidates were
+    #: `adjusted`) or no_vectors (the collection has none); None where it did not apply (one language, weight 0)
+    crosslingual: dict[str, Any] | None = None
     latency_ms: float = 0.0
     error: str | None = None
     fallback: dict[str, str] | None = None
+
+
+class Calibration(_Contract):
+    """What `index` counted about the collection: noise ceilings per query script, and chunks per language."""
+
+    noise_similarity: dict[str, dict[str, float]] = Field(default_factory=dict)
+    noise_probes: int = 0
+    language_chunks: dict[str, int] = Field(default_factory=dict)
 
 
 class RetrievalTrace(_Contract):
@@ -70,6 +97,58 @@ class RetrievalTrace(_Contract):
     attempts: list[RetrievalAttempt] = Field(default_factory=list)
     selected_attempt: str | None = None
     fallback_reason: str | None = None
+    calibration: Calibration | None = None
+    query_terms: dict[str, int] | None = None
+
+
+class EvidenceRule(_Contract):
+    """The evidence rule's parameters, as applied."""
+
+    dense_margin: float = 0.0
+    standout: float | None = None
+    min_standout: float = 0.0
+    lexical_coverage: float = 0.0
+    lexical_margin: float = 0.0
+    lexical_basis_allowed: bool = False
+    decision_depth: int = 0
+    max_gap: float = 0.0
+
+
+class BestEvidence(_Contract):
+    """The strongest evidence block and why it counts."""
+
+    evidence_key: str | None = None
+    similarity: float
+    noise_margin: float
+    basis: str
+
+
+class RejectedCandidate(_Contract):
+    """A candidate that is not evidence, and why."""
+
+    evidence_key: str | None = None
+    source: str | None = None
+    similarity: float
+    lexical_coverage: float = 0.0
+    reason: Literal["below_noise", "far_below_best", "no_evidence_on_top"]
+
+
+class EvidenceDecision(_Contract):
+    """Why the lookup found evidence or not: the noise ceiling, the rule, the best evidence and the first's lead."""
+
+    found: bool = False
+    candidates: int = 0
+    noise_ceiling: float | None = None
+    noise_level: str = ""
+    calibrated: bool = False
+    rule: EvidenceRule = Field(default_factory=EvidenceRule)
+    best: BestEvidence | None = None
+    #: rank score of the first block over the best candidate of another document (`runner_up`): sets `relevance`
+    lead: float | None = None
+    runner_up: str | None = None
+    relevance: Literal["high", "medium", "low", "none"] = "none"
+    evidence_count: int = 0
+    rejected: list[RejectedCandidate] = Field(default_factory=list)
 
 
 class RerankItem(_Contract):
@@ -114,6 +193,7 @@ class LookupResult(_Contract):
     context_pack: ContextPack = Field(default_factory=ContextPack)
     retrieval_trace: RetrievalTrace = Field(default_factory=RetrievalTrace)
     rerank_trace: RerankTrace = Field(default_factory=RerankTrace)
+    evidence_decision: EvidenceDecision = Field(default_factory=EvidenceDecision)
     relevance_level: Literal["high", "medium", "low", "none"] = "none"
     completeness_hint: Literal["complete", "truncated", "none"] = "none"
     l0_hints: L0Hints = Field(default_factory=L0Hints)

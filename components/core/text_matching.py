@@ -5,6 +5,13 @@ from __future__ import annotations
 import re
 
 CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+# byte classes for counting in C: ASCII letters, and the lead bytes of U+3000..U+9FFF in UTF-8 (CJK ideographs,
+# kana and CJK punctuation), each counted once per character
+_NOT_LATIN = bytes(b for b in range(256) if not (65 <= b <= 90 or 97 <= b <= 122))
+_NOT_CJK_LEAD = bytes(b for b in range(256) if not 0xE3 <= b <= 0xE9)
+# a Chinese character carries about as much as a short Latin word: a text is Chinese once a quarter of its letters
+# are ideographs (code and field names in Chinese runbooks are Latin)
+_CJK_SHARE = 0.25
 
 
 def has_cjk(text: str) -> bool:
@@ -15,6 +22,22 @@ def has_cjk(text: str) -> bool:
     :returns: True if it does.
     """
     return CJK.search(text) is not None
+
+
+def script_language(text: str) -> str:
+    """
+    Tell which of the knowledge base's two languages a text is written in, from its script.
+
+    :param text: Any text.
+    :returns: `zh` when at least a quarter of its letters are CJK ideographs, `en` when it has Latin letters
+        otherwise, `""` when it has neither (digits, symbols, empty).
+    """
+    data = text.encode("utf-8", errors="replace")
+    cjk = len(data.translate(None, _NOT_CJK_LEAD))
+    latin = len(data.translate(None, _NOT_LATIN))
+    if not cjk and not latin:
+        return ""
+    return "zh" if cjk >= _CJK_SHARE * (cjk + latin) else "en"
 
 
 def mentions(text: str, term: str) -> bool:

@@ -8,6 +8,7 @@ is ever returned, and one cache of what is derived from the collection, keyed by
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import fields, replace
 from typing import Any
 
@@ -18,6 +19,7 @@ from haystack.utils.filters import document_matches_filter
 from milvus_haystack import MilvusEmbeddingRetriever
 
 from components.core.scores import normalized_similarity, raw_from_normalized
+from components.store.collection_statistics import CollectionStatistics, compute_statistics
 from components.store.json_metadata_document_store import JsonMetadataMilvusDocumentStore, json_filter_expression
 from components.store.knowledge_index import CachedKnowledgeIndex, IndexVersionCache
 from components.store.lexical import Bm25ChunkIndex, TermStatistics, lexical_text, tokenize
@@ -90,6 +92,8 @@ class KnowledgeCollection:
         metadata_field: str | None = None,
         lexical_field: str | None = None,
         sparse_field: str | None = None,
+        crosslingual_field: str | None = None,
+        crosslingual_dimension: int | None = None,
         token: Secret | None = Secret.from_env_var("MILVUS_TOKEN", strict=False),  # noqa: B008 - Haystack's idiom
         consistency_level: str = "Strong",
     ) -> None:
@@ -98,8 +102,8 @@ class KnowledgeCollection:
 
         Every schema parameter left unset (None) takes the value the collection was indexed with (recorded in the
         knowledge index file by `lookup-knowledge index`), else the original's default (`knowledge_chunks`, 384,
-        `L2`, `AUTOINDEX`, fields `id`, `content`, `vector`, `metadata`, `lexical`, `sparse`). So the indexing
-        pipeline defines the schema and the lookup pipeline only says where the collection is.
+        `L2`, `AUTOINDEX`, fields `id`, `content`, `vector`, `metadata`, `lexical`, `sparse`, `crosslingual` of
+        512). So the indexing pipeline defines the schema and the lookup pipeline only says where the collection is.
 
         :param uri: Milvus Lite `.db` path or a server URI such as `http://127.0.0.1:19530`.
         :param index_path: The knowledge index file (active document versions and the recorded schema; its
@@ -115,6 +119,10 @@ class KnowledgeCollection:
         :param lexical_field: Text field of a new collection holding each chunk's BM25 terms; `""` (with
             `sparse_field` `""`) creates no full-text search in Milvus. An existing collection keeps its schema.
         :param sparse_field: Sparse field of a new collection that Milvus' BM25 function fills from `lexical_field`.
+        :param crosslingual_field: Second vector field of a new collection: each chunk's vector from a model aligned
+            across languages, which ranks answers written in another language than the query; `""` creates none.
+            A collection without it (indexed before it existed, or by another tool) is read without it.
+        :param crosslingual_dimension: That field's dimension (512, use-multilingual-v3's).
         :param token: Milvus server token (a Haystack `Secret`, by default the `MILVUS_TOKEN` environment variable
             when it is set); never serialized as a value, never logged.
         :param consistency_level: Read consistency. `Strong` by default: pymilvus defaults to `Bounded`, under
@@ -136,6 +144,8 @@ class KnowledgeCollection:
         self.metadata_field = metadata_field
         self.lexical_field = lexical_field
         self.sparse_field = sparse_field
+        self.crosslingual_field = crosslingual_field
+        self.crosslingual_dimension = crosslingual_dimension
         self.token = token
         self.consistency_level = consistency_level
         self._schema = CollectionSchema.from_attributes(self)  # validates what is set
@@ -163,6 +173,8 @@ class KnowledgeCollection:
             metadata_field=self.metadata_field,
             lexical_field=self.lexical_field,
             sparse_field=self.sparse_field,
+            crosslingual_field=self.crosslingual_field,
+            crosslingual_dimension=self.crosslingual_dimension,
             token=self.token,
             consistency_level=self.consistency_level,
         )
@@ -312,6 +324,26 @@ class KnowledgeCollection:
             msg = f"collection {self._schema.collection_name!r} does not exist; run `lookup-knowledge index` first"
             raise LookupError(msg)
         return description
+
+    def crosslingual_vectors(self, ids: list[str]) -> dict[str, list[float]]:
+        """
+        Fetch the cross-lingual vectors of some chunks.
+
+        :param ids: Chunk ids.
+        :returns: Vector per id found; empty when the collection has no cross-lingual field.
+        """
+        field = self._schema.crosslingual_field
+        if not field or field not in self._require().fields:
+            return {}
+        return self.store.get_vectors(ids, field=field)
+
+    def has_crosslingual(self) -> bool:
+        """
+        :returns: Whether the collection has its cross-lingual vector field (False when it does not exist yet).
+        """
+        description = self.description()
+        field = self._schema.crosslingual_field
+        return bool(field) and description is not None and field in description.fields
 
     def full_text_field(self) -> str:
         """
@@ -525,6 +557,40 @@ class KnowledgeCollection:
     def _count_terms(self) -> TermStatistics:
         rows = self.store.scan_metadata(keys=(), with_content=True)
         return TermStatistics(tokenize(r["content"]) for r in rows)
+
+    # --- statistics ---------------------------------------------------------------------------------------------
+
+    def statistics(self) -> CollectionStatistics | None:
+        """
+        The collection's statistics (language centroids, noise ceiling) as the last index run recorded them.
+
+        :returns: The statistics, or None for a collection indexed before they existed or by another tool.
+        """
+        return self._versions.get()[0].statistics
+
+    def compute_statistics(
+        self, embed_queries: Callable[[list[str]], np.ndarray], embedding_model: str, active: dict[str, str]
+    ) -> CollectionStatistics:
+        """
+        Count the statistics over the collection's active chunks (one pass over the rows, a batch at a time).
+
+        :param embed_queries: The lookup embedder's query encoder.
+        :param embedding_model: Its name.
+        :param active: The active version per source; rows of other versions are left out, rows without a
+            version (written by another tool) counted.
+        :returns: The statistics.
+        """
+
+        def batches() -> Iterator[list[tuple[str, list[float]]]]:
+            for rows in self.store.iter_rows(with_content=True, with_vectors=True):
+                yield [
+                    (row["content"], row["vector"])
+                    for row in rows
+                    if not row["metadata"].get("doc_version")
+                    or active.get(row["metadata"].get("source", "")) == row["metadata"]["doc_version"]
+                ]
+
+        return compute_statistics(batches(), embed_queries, embedding_model)
 
     # --- versions and scans ---------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from components.core.text_matching import mentions_folded
+from components.store.collection_statistics import CollectionStatistics
 
 T = TypeVar("T")
 
@@ -51,6 +52,8 @@ class KnowledgeIndex(BaseModel):
     documents: list[IndexedDocument] = Field(default_factory=list)
     # hint term (casefolded) -> category -> number of documents whose text or fields mention it
     term_categories: dict[str, dict[str, int]] = Field(default_factory=dict)
+    # language centroids and the noise ceiling of the collection's active chunks, as of this index run
+    statistics: CollectionStatistics | None = None
 
     @classmethod
     def load(cls, path: str | Path) -> KnowledgeIndex:

@@ -2,13 +2,13 @@
 
 The schema (`components.store.schema.CollectionSchema`) is the Java original's, plus the full-text fields where
 Milvus supports them (2.5+ and Milvus Lite): a `lexical` VARCHAR holding the chunk's BM25 terms and a `sparse` field
-that Milvus' BM25 function fills from it.
+that Milvus' BM25 function fills from it; and a second vector field, `crosslingual`, for ranking across languages.
 """
 
 from __future__ import annotations
 
 import logging as stdlib_logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,31 +113,40 @@ class MilvusChunkStore:
         """
         Create the collection with the configured schema and indexes if it does not exist.
 
-        With `lexical_field` and `sparse_field`, the collection gets a BM25 function from the first into the second.
-        A Milvus that cannot create one (before 2.5) gets the collection without them, and lexical retrieval then
-        runs in-process.
+        With `lexical_field` and `sparse_field`, the collection gets a BM25 function from the first into the second;
+        with `crosslingual_field`, a second vector field. A Milvus that cannot create one of them (BM25 before 2.5,
+        several vector fields before 2.4) gets the collection without it: lexical retrieval then runs in-process, and
+        answers in another language rank without the cross-lingual bonus.
 
         :returns: Whether the collection was created.
         """
         s = self.schema
         if self.exists():
             return False
-        if s.sparse_field:
+        variants = [
+            (full_text, crosslingual)
+            for full_text in ((True, False) if s.sparse_field else (False,))
+            for crosslingual in ((True, False) if s.crosslingual_field else (False,))
+        ]
+        for full_text, crosslingual in sorted(variants, key=lambda v: -(v[0] + v[1])):
             try:
-                self._create(full_text=True)
+                self._create(full_text=full_text, crosslingual=crosslingual)
                 return True
             except MilvusException as err:
+                if (full_text, crosslingual) == (False, False):
+                    raise
                 logger.warning(
-                    "This Milvus has no BM25 full-text search ({error}); creating {collection} without it, "
-                    "so lexical retrieval falls back to the in-process index",
-                    error=err,
+                    "This Milvus cannot create {collection} with full-text search {full_text} and cross-lingual "
+                    "vectors {crosslingual} ({error}); trying with less",
                     collection=s.collection_name,
+                    full_text=full_text,
+                    crosslingual=crosslingual,
+                    error=err,
                 )
                 self.drop()  # a failed create may leave a collection without indexes
-        self._create(full_text=False)
         return True
 
-    def _create(self, full_text: bool) -> None:
+    def _create(self, full_text: bool, crosslingual: bool) -> None:
         s = self.schema
         schema = self.client.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field(s.id_field, DataType.VARCHAR, is_primary=True, max_length=512)
@@ -146,6 +155,10 @@ class MilvusChunkStore:
         schema.add_field(s.metadata_field, DataType.JSON)
         index = self.client.prepare_index_params()
         index.add_index(field_name=s.vector_field, index_type=s.index_type, metric_type=s.metric_type)
+        if crosslingual:
+            # read by id only (never searched), but Milvus loads no collection with an unindexed vector field
+            schema.add_field(s.crosslingual_field, DataType.FLOAT_VECTOR, dim=s.crosslingual_dimension)
+            index.add_index(field_name=s.crosslingual_field, index_type="AUTOINDEX", metric_type="IP")
         if full_text:
             schema.add_field(
                 s.lexical_field,
@@ -174,9 +187,11 @@ class MilvusChunkStore:
             s.collection_name, schema=schema, index_params=index, consistency_level=self.consistency_level
         )
         logger.info(
-            "Created Milvus collection {collection} (full-text search: {full_text})",
+            "Created Milvus collection {collection} (full-text search: {full_text}, cross-lingual vectors: "
+            "{crosslingual})",
             collection=s.collection_name,
             full_text=full_text,
+            crosslingual=crosslingual,
         )
 
     def full_text_fields(self) -> tuple[str, str] | None:
@@ -271,29 +286,53 @@ class MilvusChunkStore:
         :param with_content: Also return the chunk text as `content`.
         :returns: One dict per row.
         """
+        rows: list[dict[str, Any]] = []
+        for batch in self.iter_rows(with_content=with_content):
+            for row in batch:
+                meta = row["metadata"]
+                item = {"id": row["id"]}
+                item.update({"metadata": meta} if keys is None else {k: meta.get(k) for k in keys})
+                if with_content:
+                    item["content"] = row["content"]
+                rows.append(item)
+        return rows
+
+    def iter_rows(
+        self, with_content: bool = False, with_vectors: bool = False, batch_size: int = 1000
+    ) -> Iterator[list[dict[str, Any]]]:
+        """
+        Read every row, one batch at a time (memory stays at one batch whatever the collection's size).
+
+        :param with_content: Also return the chunk text as `content`.
+        :param with_vectors: Also return the vector as `vector`.
+        :param batch_size: Rows per batch.
+        :returns: Batches of `{id, metadata[, content][, vector]}`.
+        """
         self.load()
         s = self.schema
-        fields = [s.id_field, s.metadata_field] + ([s.content_field] if with_content else [])
+        fields = [s.id_field, s.metadata_field]
+        fields += [s.content_field] if with_content else []
+        fields += [s.vector_field] if with_vectors else []
         iterator = self.client.query_iterator(
             s.collection_name,
-            batch_size=1000,
+            batch_size=batch_size,
             filter="",
             output_fields=fields,
             consistency_level=self.consistency_level,
         )
-        rows: list[dict[str, Any]] = []
         try:
             while batch := iterator.next():
-                for row in batch:
-                    meta = row.get(s.metadata_field) or {}
-                    item = {"id": row[s.id_field]}
-                    item.update({"metadata": meta} if keys is None else {k: meta.get(k) for k in keys})
-                    if with_content:
-                        item["content"] = row.get(s.content_field, "")
-                    rows.append(item)
+                yield [
+                    {
+                        "id": row[s.id_field],
+                        "metadata": row.get(s.metadata_field) or {},
+                        **({"content": row.get(s.content_field, "")} if with_content else {}),
+                        **({"vector": list(row[s.vector_field])} if with_vectors else {}),
+                    }
+                    for row in batch
+                ]
         finally:
             iterator.close()
-        return rows
 
     def get_rows(self, ids: list[str]) -> list[dict[str, Any]]:
         """
@@ -321,6 +360,24 @@ class MilvusChunkStore:
             }
             for row in rows
         ]
+
+    def get_vectors(self, ids: list[str], field: str | None = None) -> dict[str, list[float]]:
+        """
+        Fetch only the vectors of some rows.
+
+        :param ids: Primary keys.
+        :param field: The vector field read (default: the schema's `vector_field`).
+        :returns: Vector per id found.
+        """
+        if not ids:
+            return {}
+        self.load()
+        s = self.schema
+        field = field or s.vector_field
+        rows = self.client.get(
+            s.collection_name, ids=ids, output_fields=[field], consistency_level=self.consistency_level
+        )
+        return {row[s.id_field]: list(row[field]) for row in rows}
 
     def search(self, vector: list[float], top_k: int, expr: str = "") -> list[dict[str, Any]]:
         """

@@ -2,7 +2,9 @@
 
 The default is the Java original's: a VARCHAR primary key `id`, the chunk text `content`, a FLOAT_VECTOR `vector`
 and a JSON `metadata` column. Where Milvus has full-text search (2.5+ and Milvus Lite), a new collection also gets
-`lexical` (the chunk's BM25 terms) and `sparse` (filled from it by Milvus' BM25 function). Names, dimension, metric
+`lexical` (the chunk's BM25 terms) and `sparse` (filled from it by Milvus' BM25 function). A new collection also
+gets `crosslingual`, each chunk's vector from a model aligned across languages (use-multilingual-v3), read only to
+rank answers in another language than the query's. Names, dimension, metric
 and index are configurable, so a collection created by another tool with that schema is used as it is.
 """
 
@@ -17,6 +19,10 @@ METRICS = ("L2", "IP", "COSINE")
 #: What a raw Milvus score means, per metric.
 SEMANTICS = {"L2": "l2_distance", "COSINE": "cosine_similarity", "IP": "inner_product"}
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: The document meta key the cross-lingual embedder fills and the writer moves into `crosslingual_field`.
+CROSSLINGUAL_META_KEY = "crosslingual_embedding"
+#: use-multilingual-v3, the model whose vectors bridge languages (pipelines/indexing.yaml `crosslingual_embedder`)
+CROSSLINGUAL_DIMENSION = 512
 
 
 def string_literal(value: str) -> str:
@@ -67,6 +73,8 @@ class CollectionSchema:
     metadata_field: str = "metadata"
     lexical_field: str = "lexical"
     sparse_field: str = "sparse"
+    crosslingual_field: str = "crosslingual"
+    crosslingual_dimension: int = CROSSLINGUAL_DIMENSION
 
     @classmethod
     def from_attributes(cls, owner: object) -> CollectionSchema:
@@ -115,6 +123,18 @@ class CollectionSchema:
             if value and not _KEY.match(value):
                 msg = f"{name}={value!r} must be an identifier, or '' for no full-text search in Milvus"
                 raise ValueError(msg)
+        if self.crosslingual_field and not _KEY.match(self.crosslingual_field):
+            msg = (
+                f"crosslingual_field={self.crosslingual_field!r} must be an identifier, or '' for a collection "
+                "without cross-lingual vectors"
+            )
+            raise ValueError(msg)
+        if self.crosslingual_dimension < 1:
+            msg = (
+                f"crosslingual_dimension={self.crosslingual_dimension!r} must be positive; use the cross-lingual "
+                f"embedder's dimension ({CROSSLINGUAL_DIMENSION} for use-multilingual-v3)"
+            )
+            raise ValueError(msg)
         if bool(self.lexical_field) != bool(self.sparse_field):
             msg = (
                 f"lexical_field={self.lexical_field!r} and sparse_field={self.sparse_field!r} go together: "

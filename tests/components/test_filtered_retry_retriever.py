@@ -11,13 +11,15 @@ from haystack.core.serialization import component_from_dict, component_to_dict
 
 from components.core.embedding_backends import get_backend
 from components.core.scores import normalized_similarity
+from components.core.text_matching import script_language
 from components.filtered_retry_retriever import LOW_QUALITY, NO_EVIDENCE, FilteredRetryRetriever
 from components.store.knowledge_collection import KnowledgeCollection
 from components.store.knowledge_index import KnowledgeIndex
 from components.store.lexical import TermStatistics, tokenize
 from components.store.milvus_chunk_store import MilvusChunkStore
 from components.store.schema import CollectionSchema
-from tests.conftest import index_tiny_kb
+from pipelines.evaluation import load_eval_set
+from tests.conftest import KNOWLEDGE_DIR, index_tiny_kb
 
 DISK_QUESTION = "the disk on a node is full, what should I do"
 INJECTION = 'alerts" or metadata["category"] != "x'
@@ -26,6 +28,10 @@ CANDIDATE_META = ("raw_score", "score_semantics", "retrieval_path", "attempt", "
 
 def embed(query: str) -> list[float]:
     return get_backend("multilingual-e5-small").embed_queries([query])[0].tolist()
+
+
+def embed_crosslingual(query: str) -> list[float]:
+    return get_backend("use-multilingual-v3").embed_queries([query])[0].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +46,15 @@ def disk_vector() -> list[float]:
 
 
 COLLECTION_PARAMS = set(inspect.signature(KnowledgeCollection.__init__).parameters) - {"self"}
-# what these tests were written against: dense only, ten candidates, no evidence floor (each test says what differs)
-POLICY = {"top_k": 10, "reference_threshold": 0.9, "evidence_threshold": 0.0, "lexical_weight": 0.0}
+# what these tests were written against: dense only, ten candidates, no evidence floor, rank score = similarity
+# (the tiny knowledge base is bilingual, so language balancing would shift scores); each test says what differs
+POLICY = {
+    "top_k": 10,
+    "reference_threshold": 0.9,
+    "evidence_threshold": 0.0,
+    "lexical_weight": 0.0,
+    "language_balance": 0.0,
+}
 
 
 @pytest.fixture
@@ -88,6 +101,8 @@ class TestFilteredRetryRetriever:
         assert retriever.lexical_weight == 0.15
         assert retriever.lexical_source == "auto"
         assert retriever.lexical_normalization == "ideal"
+        assert retriever.language_balance == 0.75
+        assert retriever.crosslingual_weight == 0.1
         assert retriever.enabled is True
 
     def test_init_does_not_connect(self, tmp_path):
@@ -103,6 +118,9 @@ class TestFilteredRetryRetriever:
             ({"lexical_weight": -0.1}, "lexical_weight=-0.1"),
             ({"lexical_source": "elastic"}, "lexical_source='elastic'"),
             ({"lexical_normalization": "max"}, "lexical_normalization='max'"),
+            ({"language_balance": 1.5}, "language_balance=1.5"),
+            ({"language_balance": -0.1}, r"language_balance=-0\.1"),
+            ({"crosslingual_weight": -0.1}, r"crosslingual_weight=-0\.1"),
             ({"reference_threshold": 1.5}, "reference_threshold=1.5"),
             ({"reference_threshold": -0.1}, r"reference_threshold=-0\.1"),
             ({"evidence_threshold": 2.0}, r"evidence_threshold=2\.0"),
@@ -125,6 +143,8 @@ class TestFilteredRetryRetriever:
             "lexical_weight": 0.2,
             "lexical_source": "local",
             "lexical_normalization": "best",
+            "language_balance": 0.5,
+            "crosslingual_weight": 0.3,
             "enabled": False,
         }
         data = component_to_dict(FilteredRetryRetriever(collection, **params), "retriever")
@@ -441,7 +461,7 @@ class TestFilteredRetryRetriever:
             rows = l2.client.query("knowledge_chunks", filter='id != ""', output_fields=["*"])
             cosine.drop()
             cosine.ensure_collection()
-            cosine.insert([{k: r[k] for k in ("id", "content", "vector", "metadata")} for r in rows])
+            cosine.insert([{k: r[k] for k in ("id", "content", "vector", "metadata", "crosslingual")} for r in rows])
             cosine.flush()
         finally:
             l2.close()
@@ -465,7 +485,9 @@ class TestFilteredRetryRetriever:
         uri = str(data_dir / "milvus.db")
         names = {"id_field": "pk", "content_field": "text", "vector_field": "emb", "metadata_field": "meta_json"}
         source = MilvusChunkStore(uri, CollectionSchema())
-        target = MilvusChunkStore(uri, CollectionSchema(collection_name=f"custom_{mode}", **names))
+        target = MilvusChunkStore(
+            uri, CollectionSchema(collection_name=f"custom_{mode}", crosslingual_field="", **names)
+        )
         try:
             source.load()
             rows = source.client.query("knowledge_chunks", filter='id != ""', output_fields=["*"])
@@ -580,7 +602,9 @@ class TestFilteredRetryRetriever:
         """A copy of the indexed collection without the BM25 fields, as a Milvus before 2.5 would hold it."""
         uri = str(data_dir / "milvus.db")
         source = MilvusChunkStore(uri, CollectionSchema())
-        target = MilvusChunkStore(uri, CollectionSchema(collection_name=name, lexical_field="", sparse_field=""))
+        target = MilvusChunkStore(
+            uri, CollectionSchema(collection_name=name, lexical_field="", sparse_field="", crosslingual_field="")
+        )
         try:
             source.load()
             fields = ["id", "content", "vector", "metadata"]
@@ -621,3 +645,140 @@ class TestFilteredRetryRetriever:
         out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
         assert "no BM25 full-text field" in out["retrieval_trace"]["attempts"][0]["error"]
         assert out["candidates"] == []
+
+    # --- language balance, coverage and calibration ------------------------------------------------------------
+
+    @pytest.mark.integration
+    def test_language_balance_lifts_answers_in_the_other_language(self, knowledge_data):
+        """On the repository's bilingual knowledge base: cross-lingual answers rank higher, similarity unchanged."""
+        collection = {
+            "uri": str(knowledge_data / "milvus.db"),
+            "index_path": str(knowledge_data / "knowledge_index.json"),
+        }
+        queries = [q for q in load_eval_set(KNOWLEDGE_DIR / "eval.jsonl") if q.type == "cross-lingual"]
+        assert len(queries) >= 10
+        plain = FilteredRetryRetriever(KnowledgeCollection(**collection), language_balance=0.0)
+        balanced = FilteredRetryRetriever(KnowledgeCollection(**collection), language_balance=0.75)
+
+        def first_rank(out: dict, expected: list[str]) -> int:
+            docs = [d.meta["doc_id"] for d in out["candidates"]]
+            return min((docs.index(e) for e in expected if e in docs), default=len(docs))
+
+        lifted, lowered = 0, 0
+        for query in queries:
+            vector = embed(query.query)
+            before = plain.run(query_embedding=vector, query=query.query)
+            after = balanced.run(query_embedding=vector, query=query.query)
+            lifted += first_rank(after, query.expected) < first_rank(before, query.expected)
+            lowered += first_rank(after, query.expected) > first_rank(before, query.expected)
+            by_id = {d.id: d for d in before["candidates"]}
+            for doc in after["candidates"]:
+                if doc.id in by_id:  # the similarity itself is never changed
+                    assert doc.meta["similarity"] == pytest.approx(by_id[doc.id].meta["similarity"])
+                assert doc.meta["language"] in ("en", "zh") and "language_offset" in doc.meta
+        assert lifted >= len(queries) / 2 and lowered <= 2
+        plain.close()
+        balanced.close()
+
+    @pytest.mark.integration
+    def test_crosslingual_bonus_lifts_other_language_answers_and_keeps_same_language_order(self, knowledge_data):
+        """On the bilingual knowledge base: the bonus moves only other-language candidates, by the stated amount."""
+        collection = {
+            "uri": str(knowledge_data / "milvus.db"),
+            "index_path": str(knowledge_data / "knowledge_index.json"),
+        }
+        queries = [q for q in load_eval_set(KNOWLEDGE_DIR / "eval.jsonl") if q.type == "cross-lingual"]
+        without = FilteredRetryRetriever(KnowledgeCollection(**collection), crosslingual_weight=0.0)
+        with_bonus = FilteredRetryRetriever(KnowledgeCollection(**collection), crosslingual_weight=0.1)
+
+        def first_rank(out: dict, expected: list[str]) -> int:
+            docs = [d.meta["doc_id"] for d in out["candidates"]]
+            return min((docs.index(e) for e in expected if e in docs), default=len(docs))
+
+        lifted, lowered = 0, 0
+        for query in queries:
+            vector, bridge = embed(query.query), embed_crosslingual(query.query)
+            before = without.run(query_embedding=vector, query=query.query, crosslingual_embedding=bridge)
+            after = with_bonus.run(query_embedding=vector, query=query.query, crosslingual_embedding=bridge)
+            lifted += first_rank(after, query.expected) < first_rank(before, query.expected)
+            lowered += first_rank(after, query.expected) > first_rank(before, query.expected)
+            language = script_language(query.query)
+            same = [d for d in after["candidates"] if d.meta["language"] == language]
+            (attempt,) = after["retrieval_trace"]["attempts"]
+            assert attempt["crosslingual"]["status"] == "applied"
+            reference = attempt["crosslingual"]["reference"]  # the median over every same-language hit fused
+            for doc in after["candidates"]:
+                expected_bonus = (
+                    0.0 if doc.meta["language"] == language else 0.1 * (doc.meta["crosslingual_similarity"] - reference)
+                )
+                assert doc.meta["crosslingual_bonus"] == pytest.approx(expected_bonus, abs=2e-3)
+            both = {d.id for d in same} & {d.id for d in before["candidates"]}
+            order_after = [d.id for d in same if d.id in both]
+            assert order_after == [d.id for d in before["candidates"] if d.id in both]  # e5 orders them alike
+            assert before["retrieval_trace"]["attempts"][0]["crosslingual"] is None  # weight 0: not applied
+        assert lifted >= len(queries) / 2 and lowered <= 2
+        without.close()
+        with_bonus.close()
+
+    @pytest.mark.integration
+    def test_crosslingual_bonus_needs_the_query_vector_and_the_collection_field(self, knowledge_data, monkeypatch):
+        retriever = FilteredRetryRetriever(
+            KnowledgeCollection(
+                uri=str(knowledge_data / "milvus.db"), index_path=str(knowledge_data / "knowledge_index.json")
+            )
+        )
+        query = "how long do refunds take?"
+        no_query_vector = retriever.run(query_embedding=embed(query), query=query)
+        assert no_query_vector["retrieval_trace"]["attempts"][0]["crosslingual"] is None
+        assert all("crosslingual_bonus" not in d.meta for d in no_query_vector["candidates"])
+        monkeypatch.setattr(retriever.collection, "crosslingual_vectors", lambda ids: {})  # indexed without them
+        no_field = retriever.run(
+            query_embedding=embed(query), query=query, crosslingual_embedding=embed_crosslingual(query)
+        )
+        assert no_field["retrieval_trace"]["attempts"][0]["crosslingual"] == {"status": "no_vectors"}
+        assert [d.id for d in no_field["candidates"]] == [d.id for d in no_query_vector["candidates"]]
+        retriever.close()
+
+    @pytest.mark.integration
+    def test_language_balance_is_a_no_op_without_two_languages(self, make_retriever, data_dir):
+        """The tiny base has two Chinese chunks: too few for a centroid, so nothing is balanced."""
+        statistics = KnowledgeIndex.load(data_dir / "knowledge_index.json").statistics
+        assert statistics is not None and statistics.language_chunks["zh"] < 20
+        out = make_retriever(mode="sdk", language_balance=1.0).run(
+            query_embedding=embed(DISK_QUESTION), query=DISK_QUESTION
+        )
+        assert out["candidates"]
+        assert all("language_offset" not in d.meta and d.score == d.meta["similarity"] for d in out["candidates"])
+
+    @pytest.mark.integration
+    def test_lexical_coverage_is_bm25_over_the_query_terms_largest_score(self, make_retriever, disk_vector):
+        retriever = make_retriever(lexical_weight=0.1, lexical_normalization="best")
+        out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
+        stats = retriever.collection.term_statistics()
+        ideal = stats.ideal_score(tokenize(DISK_QUESTION))
+        pairs = dict(lexical(retriever, DISK_QUESTION, 10))
+        for doc in out["candidates"]:
+            assert doc.meta["lexical_coverage"] == pytest.approx(min(1.0, pairs.get(doc.id, 0.0) / ideal), abs=1e-4)
+        assert max(d.meta["lexical_coverage"] for d in out["candidates"]) > 0
+
+    @pytest.mark.integration
+    def test_the_trace_carries_the_calibration_and_the_query_terms(self, make_retriever, disk_vector, data_dir):
+        out = make_retriever(lexical_weight=0.1).run(query_embedding=disk_vector, query="disk usage zzqxv")
+        trace = out["retrieval_trace"]
+        statistics = KnowledgeIndex.load(data_dir / "knowledge_index.json").statistics
+        assert trace["calibration"]["noise_similarity"] == statistics.noise_similarity
+        assert trace["calibration"]["language_chunks"] == statistics.language_chunks
+        assert trace["query_terms"] == {"terms": 3, "known": 2}  # disk, usage; the made-up word is unknown
+        dense_only = make_retriever(lexical_weight=0.0).run(query_embedding=disk_vector, query="disk full")
+        assert dense_only["retrieval_trace"]["query_terms"] is None
+
+    @pytest.mark.integration
+    def test_a_collection_without_statistics_has_no_calibration(self, make_retriever, data_dir, disk_vector, tmp_path):
+        index = KnowledgeIndex.load(data_dir / "knowledge_index.json")
+        index.statistics = None
+        index.save(tmp_path / "knowledge_index.json")
+        out = make_retriever(index_path=str(tmp_path / "knowledge_index.json"), language_balance=0.75).run(
+            query_embedding=disk_vector, query=DISK_QUESTION
+        )
+        assert out["retrieval_trace"]["calibration"] is None
+        assert out["candidates"] and all("language_offset" not in d.meta for d in out["candidates"])

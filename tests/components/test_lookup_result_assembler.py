@@ -24,6 +24,7 @@ RESULT_KEYS = {
     "relevanceLevel",
     "completenessHint",
     "l0Hints",
+    "evidenceDecision",
 }
 BLOCK_KEYS = {
     "evidenceKey",
@@ -35,6 +36,14 @@ BLOCK_KEYS = {
     "retrievalLayer",
     "content",
     "score",
+    "similarity",
+    "lexicalCoverage",
+    "crosslingualSimilarity",
+    "noiseMargin",
+    "evidenceBasis",
+    "rawScore",
+    "scoreSemantics",
+    "retrievalPath",
     "scoreLabel",
     "hitReasons",
 }
@@ -48,6 +57,7 @@ DETAIL_KEYS = {
     "fallback_reason",
     "candidate_count",
     "evidence_block_count",
+    "evidence",
     "sidecar",
 }
 HINTS = {
@@ -136,6 +146,26 @@ def _rerank(docs: list[Document]) -> dict[str, Any]:
     }
 
 
+def _evidence(found: bool, candidates: int, relevance: str = "medium", rejected: list | None = None) -> dict[str, Any]:
+    """An evidence gate's trace."""
+    return {
+        "found": found,
+        "candidates": candidates,
+        "noise_ceiling": 0.92,
+        "noise_level": "p95",
+        "calibrated": True,
+        "rule": {"dense_margin": 0.005, "lexical_coverage": 0.2, "lexical_margin": 0.04},
+        "best": {"evidence_key": "alerts/doc1.md#1", "similarity": 0.95, "noise_margin": 0.03, "basis": "dense"}
+        if found
+        else None,
+        "lead": 0.03 if found else None,
+        "runner_up": "alerts-doc2" if found else None,
+        "relevance": relevance if found else "none",
+        "evidence_count": candidates if found else 0,
+        "rejected": rejected or [],
+    }
+
+
 def _inputs(docs: list[Document], *, candidates: int | None = None, budget: int = 4000, **overrides: Any) -> dict:
     inputs: dict[str, Any] = {
         "query": "disk full on node",
@@ -143,7 +173,8 @@ def _inputs(docs: list[Document], *, candidates: int | None = None, budget: int 
         "context_pack": ContextPacker(char_budget=budget).run(documents=docs)["context_pack"],
         "retrieval_trace": _trace(),
         "rerank_trace": _rerank(docs),
-        "dedup_summary": {"candidate_count": len(docs) if candidates is None else candidates, "dropped": []},
+        "dedup_summary": {"candidate_count": len(docs), "dropped": []},
+        "evidence_trace": _evidence(bool(docs), len(docs) if candidates is None else candidates),
         "query_transform": {"normalized": "disk full on node", "started_at": 1700000000.0},
         "hints": NO_HINTS,
         "session_id": "s1",
@@ -162,31 +193,21 @@ def _keys_recursive(value: Any) -> set[str]:
 
 class TestLookupResultAssembler:
     def test_init_defaults(self):
-        assembler = LookupResultAssembler()
-        assert assembler.high_relevance_threshold == 0.955
-        assert assembler.preview_chars == 160
+        assert LookupResultAssembler().preview_chars == 160
 
     def test_init_boundaries_are_valid(self):
-        assert LookupResultAssembler(high_relevance_threshold=0.0, preview_chars=0).preview_chars == 0
-        assert LookupResultAssembler(high_relevance_threshold=1.0).high_relevance_threshold == 1.0
+        assert LookupResultAssembler(preview_chars=0).preview_chars == 0
 
-    @pytest.mark.parametrize(
-        ("kwargs", "match"),
-        [
-            ({"high_relevance_threshold": 1.5}, "high_relevance_threshold=1.5"),
-            ({"high_relevance_threshold": -0.1}, "high_relevance_threshold=-0.1"),
-            ({"preview_chars": -1}, "preview_chars=-1"),
-        ],
-    )
+    @pytest.mark.parametrize(("kwargs", "match"), [({"preview_chars": -1}, "preview_chars=-1")])
     def test_invalid_init(self, kwargs, match):
         with pytest.raises(ValueError, match=match):
             LookupResultAssembler(**kwargs)
 
     def test_to_dict_from_dict(self):
-        data = component_to_dict(LookupResultAssembler(high_relevance_threshold=0.8, preview_chars=50), "assembler")
-        assert data["init_parameters"] == {"high_relevance_threshold": 0.8, "preview_chars": 50}
+        data = component_to_dict(LookupResultAssembler(preview_chars=50), "assembler")
+        assert data["init_parameters"] == {"preview_chars": 50}
         restored = component_from_dict(LookupResultAssembler, data, "assembler")
-        assert (restored.high_relevance_threshold, restored.preview_chars) == (0.8, 50)
+        assert restored.preview_chars == 50
 
     def test_evidence_result_is_camel_case_and_valid(self):
         docs = [_doc(1), _doc(2)]
@@ -217,6 +238,9 @@ class TestLookupResultAssembler:
             *result["evidenceBlocks"],
             *result["retrievalTrace"]["attempts"],
             *result["rerankTrace"]["items"],
+            result["evidenceDecision"],
+            result["evidenceDecision"]["rule"],
+            result["evidenceDecision"]["best"],
         ]
         for part in structural:
             assert not [k for k in part if "_" in k], part
@@ -246,9 +270,12 @@ class TestLookupResultAssembler:
         assert block["category"] == "alerts"
         assert block["content"] == "Rotate and compress old logs."
         assert block["score"] == pytest.approx(0.9123)
+        assert block["similarity"] == pytest.approx(0.8765)  # the base similarity, not the rank score
+        assert (block["rawScore"], block["scoreSemantics"], block["retrievalPath"]) == (0.7654, "cosine", "haystack")
         assert block["hitReasons"] == ["l1_x", "k:y"]
-        assert "0.9123" in block["scoreLabel"]
-        assert "0.8765" in block["scoreLabel"]
+        assert "rank score 0.9123" in block["scoreLabel"]
+        assert "similarity 0.8765" in block["scoreLabel"]
+        assert "-0.0435 against the noise ceiling 0.9200" in block["scoreLabel"]
 
     def test_block_with_long_content_keeps_full_content_in_result(self):
         long_text = "word " * 2000
@@ -333,6 +360,18 @@ class TestLookupResultAssembler:
         assert result["l0Hints"]["matchedTitles"] == ["Disk Full Runbook"]
         LookupResult.model_validate(result)
 
+    def test_candidates_the_gate_rejects_are_no_evidence_and_the_message_says_why(self):
+        rejected = [
+            {"evidence_key": "faq/x.md#0", "source": "faq/x.md", "similarity": 0.9012, "reason": "below_noise"},
+            {"evidence_key": "faq/y.md#0", "source": "faq/y.md", "similarity": 0.9101, "reason": "below_noise"},
+        ]
+        inputs = _inputs([], evidence_trace=_evidence(False, 2, rejected=rejected))
+        result = LookupResultAssembler().run(**inputs)["result"]
+        assert (result["found"], result["evidenceStatus"], result["relevanceLevel"]) == (False, "no_evidence", "none")
+        assert "faq/y.md, has similarity 0.910" in result["message"] and "noise ceiling 0.920" in result["message"]
+        assert result["evidenceDecision"]["rejected"][1]["similarity"] == 0.9101
+        LookupResult.model_validate(result)
+
     def test_suppressed_blocks_are_already_returned(self):
         suppressed = [_doc(1), _doc(2)]
         retrieval_trace = _trace([_attempt("unfiltered", 2)], fallback="filtered_vector_low_quality")
@@ -344,6 +383,7 @@ class TestLookupResultAssembler:
             # even a pack of the suppressed blocks must not leak into the result
             context_pack=ContextPacker().run(documents=suppressed)["context_pack"],
             session_summary={"session_id": "s1", "previously_returned": 2, "suppressed": ["a", "b"]},
+            evidence_trace=_evidence(True, 2, relevance="high"),
         )
         out = LookupResultAssembler().run(**inputs)
         result = out["result"]
@@ -356,7 +396,7 @@ class TestLookupResultAssembler:
         assert result["retrievalTrace"]["attempts"][0]["candidateCount"] == 2
         assert result["retrievalTrace"]["fallbackReason"] == "filtered_vector_low_quality"
         assert result["rerankTrace"]["items"] == []  # nothing was returned
-        assert result["relevanceLevel"] == "none"
+        assert result["relevanceLevel"] == "high"  # the relevance of what was found earlier
         details = out["details"]
         assert [c["evidence_key"] for c in details["rerank_trace"]["candidates"]] == [
             "alerts/doc1.md#1",
@@ -380,32 +420,25 @@ class TestLookupResultAssembler:
         assert status(retrieval_trace=failing) == "error"
         assert status(retrieval_trace=_trace([_attempt("unfiltered", 0)])) == "no_evidence"
 
-    @pytest.mark.parametrize(
-        ("base", "score", "level"),
-        [
-            (0.97, 0.99, "high"),
-            (0.93, 0.93, "high"),
-            (0.90, 0.96, "medium"),  # the final (boosted) score does not count, the similarity does
-            (0.75, 0.75, "medium"),
-            (0.74, 0.80, "low"),
-            (0.40, 0.40, "low"),
-        ],
-    )
-    def test_relevance_level(self, base, score, level):
-        docs = [_doc(1, base=base, score=score), _doc(2, base=0.3, score=0.3)]
-        inputs = _inputs(docs, retrieval_trace=_trace(reference=0.75))
-        assert LookupResultAssembler(high_relevance_threshold=0.93).run(**inputs)["result"]["relevanceLevel"] == level
+    @pytest.mark.parametrize("level", ["high", "medium", "low"])
+    def test_relevance_level_is_the_evidence_gates(self, level):
+        inputs = _inputs([_doc(1), _doc(2)], evidence_trace=_evidence(True, 2, relevance=level))
+        assert LookupResultAssembler().run(**inputs)["result"]["relevanceLevel"] == level
 
-    def test_relevance_uses_the_best_block(self):
-        docs = [_doc(1, base=0.5, score=0.55), _doc(2, base=0.96, score=0.96)]
-        assert LookupResultAssembler().run(**_inputs(docs))["result"]["relevanceLevel"] == "high"
+    def test_a_partly_suppressed_result_says_how_many_blocks_were_held_back(self):
+        summary = {"session_id": "s1", "previously_returned": 3, "suppressed": ["a#0", "b#1"]}
+        result = LookupResultAssembler().run(**_inputs([_doc(1)], session_summary=summary))["result"]
+        assert result["evidenceStatus"] == "evidence"
+        assert "2 more, returned earlier in this session, were held back" in result["message"]
 
-    def test_high_relevance_threshold_is_configurable(self):
-        docs = [_doc(1, base=0.85, score=0.85)]
-        lenient = LookupResultAssembler(high_relevance_threshold=0.8).run(**_inputs(docs))["result"]
-        strict = LookupResultAssembler(high_relevance_threshold=0.9).run(**_inputs(docs))["result"]
-        assert lenient["relevanceLevel"] == "high"
-        assert strict["relevanceLevel"] == "medium"
+    def test_without_an_evidence_gate_every_block_is_low_relevance_evidence(self):
+        inputs = _inputs([_doc(1)])
+        del inputs["evidence_trace"]
+        result = LookupResultAssembler().run(**inputs)["result"]
+        assert (result["evidenceStatus"], result["relevanceLevel"]) == ("evidence", "low")
+        empty = _inputs([])
+        del empty["evidence_trace"]
+        assert LookupResultAssembler().run(**empty)["result"]["evidenceStatus"] == "no_evidence"
 
     def test_completeness_complete_when_everything_fits(self):
         result = LookupResultAssembler().run(**_inputs([_doc(1), _doc(2)]))["result"]

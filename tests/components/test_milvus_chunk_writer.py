@@ -47,6 +47,7 @@ def make_writer(db_uri):
             "index_path": str(Path(db_uri).parent / "no_index.json"),
             "collection_name": f"chunks_{uuid.uuid4().hex[:12]}",
             "dimension": DIM,
+            "crosslingual_field": "",  # the cross-lingual vectors have tests of their own
             **CUSTOM_FIELDS,
         }
         params.update(kwargs)
@@ -87,6 +88,7 @@ class TestMilvusChunkWriter:
         assert (schema.id_field, schema.content_field) == ("id", "content")
         assert (schema.vector_field, schema.metadata_field) == ("vector", "metadata")
         assert (schema.lexical_field, schema.sparse_field) == ("lexical", "sparse")
+        assert (schema.crosslingual_field, schema.crosslingual_dimension) == ("crosslingual", 512)
 
     def test_init_does_not_connect(self, tmp_path):
         MilvusChunkWriter(KnowledgeCollection(uri=str(tmp_path / "nowhere" / "milvus.db")))
@@ -190,6 +192,38 @@ class TestMilvusChunkWriter:
             assert [float(x) for x in row["emb"]] == pytest.approx(doc.embedding)
             assert row["meta_json"] == doc.meta
         assert stored["alerts/disk.md@v1#0"]["meta_json"]["keywords"] == ["disk", "inode"]
+
+    @pytest.mark.integration
+    def test_crosslingual_vectors_go_to_their_own_field_not_the_metadata(self, make_writer):
+        writer = make_writer(crosslingual_field="bridge", crosslingual_dimension=3)
+        doc = chunk("a.md", "v1", 0, crosslingual_embedding=[0.0, 0.6, 0.8])
+        assert writer.run(documents=[doc])["written"] == 1
+        row = rows(writer)[doc.id]
+        assert [float(x) for x in row["bridge"]] == pytest.approx([0.0, 0.6, 0.8])
+        assert "crosslingual_embedding" not in row["meta_json"]
+        assert "crosslingual_embedding" in doc.meta  # the input is not mutated
+        assert writer.collection.crosslingual_vectors([doc.id, "missing"]) == {doc.id: pytest.approx([0.0, 0.6, 0.8])}
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("vector", [None, [1.0, 0.0]])
+    def test_missing_crosslingual_vector_fails_only_that_document(self, make_writer, vector):
+        writer = make_writer(crosslingual_field="bridge", crosslingual_dimension=3)
+        good = chunk("good.md", "v1", 0, crosslingual_embedding=[1.0, 0.0, 0.0])
+        bad = chunk("bad.md", "v1", 0, **({"crosslingual_embedding": vector} if vector else {}))
+        out = writer.run(documents=[good, bad])
+        assert out["written"] == 1
+        assert [f["source"] for f in out["failures"]] == ["bad.md"]
+        assert "crosslingual_embedder" in out["failures"][0]["reason"]
+        assert set(rows(writer)) == {good.id}
+
+    @pytest.mark.integration
+    def test_a_collection_without_the_field_ignores_crosslingual_vectors(self, make_writer):
+        writer = make_writer()  # crosslingual_field ''
+        doc = chunk("a.md", "v1", 0, crosslingual_embedding=[1.0, 0.0, 0.0])
+        assert writer.run(documents=[doc])["written"] == 1
+        assert "crosslingual_embedding" not in rows(writer)[doc.id]["meta_json"]
+        assert writer.collection.crosslingual_vectors([doc.id]) == {}
+        assert writer.collection.has_crosslingual() is False
 
     @pytest.mark.integration
     def test_written_rows_are_searchable_by_vector_and_json_metadata(self, make_writer):
@@ -344,13 +378,21 @@ class TestMilvusChunkWriter:
 
     @pytest.mark.integration
     def test_default_schema_rows(self, db_uri):
-        """With the default field names the row is `{id, content, vector, metadata}`."""
+        """With the default field names the row is the original's `{id, content, vector, metadata}`, plus ours."""
         collection = KnowledgeCollection(uri=db_uri, collection_name=f"plain_{uuid.uuid4().hex[:8]}", dimension=DIM)
         writer = MilvusChunkWriter(collection)
         try:
-            writer.run(documents=[chunk("a.md", "v1", 0)])
+            writer.run(documents=[chunk("a.md", "v1", 0, crosslingual_embedding=[1.0] + [0.0] * 511)])
             stored = rows(writer)
-            assert set(stored["a.md@v1#0"]) == {"id", "content", "vector", "metadata", "lexical", "sparse"}
+            assert set(stored["a.md@v1#0"]) == {
+                "id",
+                "content",
+                "vector",
+                "metadata",
+                "lexical",
+                "sparse",
+                "crosslingual",
+            }
         finally:
             collection.drop()
             writer.close()

@@ -24,12 +24,15 @@ class TestOfflineDocumentEmbedder:
             OfflineDocumentEmbedder(model="bert")
         with pytest.raises(ValueError, match="batch_size=0"):
             OfflineDocumentEmbedder(batch_size=0)
+        with pytest.raises(ValueError, match="embedding_meta_key=''"):
+            OfflineDocumentEmbedder(embedding_meta_key=" ")
 
     def test_to_dict_from_dict(self):
-        data = component_to_dict(OfflineDocumentEmbedder(model="use-multilingual-v3", batch_size=4), "e")
+        embedder = OfflineDocumentEmbedder(model="use-multilingual-v3", batch_size=4, embedding_meta_key="x")
+        data = component_to_dict(embedder, "e")
         assert data["init_parameters"]["model"] == "use-multilingual-v3"
         restored = component_from_dict(OfflineDocumentEmbedder, data, "e")
-        assert (restored.model, restored.batch_size) == ("use-multilingual-v3", 4)
+        assert (restored.model, restored.batch_size, restored.embedding_meta_key) == ("use-multilingual-v3", 4, "x")
 
     def test_run_embeds_unit_vectors_and_keeps_inputs(self):
         result = OfflineDocumentEmbedder().run(DOCS)
@@ -66,6 +69,15 @@ class TestOfflineDocumentEmbedder:
     def test_use_model_alternative(self):
         docs = OfflineDocumentEmbedder(model="use-multilingual-v3").run(DOCS)["documents"]
         assert len(docs[0].embedding) == 512
+
+    def test_embedding_meta_key_keeps_the_main_embedding(self):
+        first = OfflineDocumentEmbedder().run(DOCS[:2])["documents"]
+        second = OfflineDocumentEmbedder(model="use-multilingual-v3", embedding_meta_key="crosslingual_embedding")
+        docs = second.run(first)["documents"]
+        for before, after in zip(first, docs, strict=True):
+            assert after.embedding == before.embedding  # the e5 vector stays where the writer reads it
+            assert len(after.meta["crosslingual_embedding"]) == 512
+            assert "crosslingual_embedding" not in before.meta
 
     def test_empty_and_invalid_input(self):
         assert OfflineDocumentEmbedder().run([])["documents"] == []

@@ -165,6 +165,7 @@ class TestSidecarRetriever:
                         "vector": [1.0] + [0.0] * 383,
                         "metadata": {"source": "alerts/disk.md", "doc_version": "old", "chunk_index": 9},
                         "lexical": lexical_text("zebra stripes, an older version of the runbook"),
+                        "crosslingual": [1.0] + [0.0] * 511,
                     }
                 ]
             )

@@ -43,7 +43,7 @@ COMPACT_KEYS = {
     "traceId",
     "error",
 }
-BLOCK_KEYS = {"evidenceKey", "source", "title", "breadcrumb", "content", "score", "hitReasons"}
+BLOCK_KEYS = {"evidenceKey", "source", "title", "breadcrumb", "content", "similarity", "score", "hitReasons"}
 
 
 def python_snippets(path: Path) -> list[str]:

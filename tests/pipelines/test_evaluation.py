@@ -164,7 +164,16 @@ class TestEvaluate:
         assert (report["queries"], report["judged"], report["unjudged_left_out"]) == (4, 3, 1)
         assert set(report["configs"]) >= {"pipeline", "dense", "bm25"}
         for metrics in report["configs"].values():
-            assert set(metrics) == {"ndcg@10", "recall@5", "recall@10", "mrr@10", "latency_ms_p50"}
+            assert set(metrics) == {
+                "ndcg@10",
+                "recall@5",
+                "recall@10",
+                "mrr@10",
+                "found_rate",
+                "block_precision",
+                "block_recall",
+                "latency_ms_p50",
+            }
             assert all(0 <= metrics[k] <= 1 for k in ("ndcg@10", "recall@5", "recall@10", "mrr@10"))
         assert report["configs"]["dense"]["recall@10"] == 1.0  # three documents: every one is in the top 10
         assert set(report["l0"]) >= {"filter_rate", "filter_precision", "retry_rate"}

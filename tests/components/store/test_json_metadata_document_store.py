@@ -47,7 +47,9 @@ def data_dir(tmp_path_factory) -> Path:
     """The tiny knowledge base indexed once, plus a small collection whose categories contain quotes."""
     root = tmp_path_factory.mktemp("json-store")
     index_tiny_kb(root)
-    store = MilvusChunkStore(str(root / "data" / "milvus.db"), CollectionSchema(TRICKY_COLLECTION, dimension=4))
+    store = MilvusChunkStore(
+        str(root / "data" / "milvus.db"), CollectionSchema(TRICKY_COLLECTION, dimension=4, crosslingual_field="")
+    )
     try:
         store.ensure_collection()
         store.insert(

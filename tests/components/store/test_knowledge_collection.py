@@ -55,7 +55,10 @@ def make_collection(data_dir):
 def write_chunks(data_dir: Path, name: str, texts: list[str], **schema) -> None:
     """A collection of its own with one chunk per text (unit vectors along the first axis)."""
     collection = KnowledgeCollection(
-        uri=str(data_dir / "milvus.db"), index_path=str(data_dir / "none.json"), collection_name=name, **schema
+        uri=str(data_dir / "milvus.db"),
+        index_path=str(data_dir / "none.json"),
+        collection_name=name,
+        **{"crosslingual_field": "", **schema},
     )
     writer = MilvusChunkWriter(collection)
     try:
@@ -123,6 +126,8 @@ class TestKnowledgeCollection:
             "index_type": "HNSW",
             "lexical_field": "terms",
             "sparse_field": "terms_bm25",
+            "crosslingual_field": "bridge",
+            "crosslingual_dimension": 256,
             "consistency_level": "Bounded",
             **CUSTOM_FIELDS,
         }
