@@ -4,6 +4,7 @@ from typing import Any
 
 from haystack import Document, component, logging
 
+from components.trace.safe_text import safe_text
 from components.trace.trace_store import TraceStore
 
 logger = logging.getLogger(__name__)
@@ -15,8 +16,8 @@ class SessionEvidenceFilter:
     Holds back evidence already returned earlier in the same session, so an agent never consumes it twice.
 
     The memory is the trace store itself: the evidence keys of earlier `found` lookups of the session. Without a
-    `session_id` nothing is held back. If the trace store cannot be read, nothing is held back and the summary
-    says why (better a repeat than a lost answer).
+    `session_id` nothing is held back. If the trace database cannot be read, only what the spool remembers is held
+    back and the summary says why (better a repeat than a lost answer).
 
     ### Usage example
 
@@ -29,13 +30,17 @@ class SessionEvidenceFilter:
     """
 
     def __init__(
-        self, database_url: str = "sqlite:///data/traces.db", spool_path: str | None = "data/trace_spool.jsonl"
+        self,
+        database_url: str = "sqlite:///data/traces.db",
+        spool_path: str | None = "data/trace_spool.jsonl",
+        timeout_s: float = 0.5,
     ) -> None:
         """
         Create the filter.
 
         :param database_url: The trace database (SQLAlchemy URL).
         :param spool_path: The trace spool file, whose rows also count.
+        :param timeout_s: Longest wait for a locked or slow trace database.
         :raises ValueError: If `database_url` is empty.
         """
         if not database_url:
@@ -43,7 +48,8 @@ class SessionEvidenceFilter:
             raise ValueError(msg)
         self.database_url = database_url
         self.spool_path = spool_path
-        self._store = TraceStore(database_url, spool_path)
+        self.timeout_s = timeout_s
+        self._store = TraceStore(database_url, spool_path, timeout_s=timeout_s)
 
     def close(self) -> None:
         """Release the database connection."""
@@ -62,13 +68,11 @@ class SessionEvidenceFilter:
         summary: dict[str, Any] = {"session_id": session_id or None, "previously_returned": 0, "suppressed": []}
         if not session_id or not documents:
             return {"documents": list(documents), "session_summary": summary}
-        try:
-            seen = self._store.returned_evidence_keys(session_id)
-        except Exception as err:
-            logger.warning("Session memory unavailable: {error}", error=type(err).__name__)
-            summary["error"] = f"session memory unavailable: {type(err).__name__}"
-            return {"documents": list(documents), "session_summary": summary}
-        fresh = [d for d in documents if d.meta.get("evidence_key") not in seen]
+        seen, error = self._store.session_memory(session_id)
+        if error:
+            logger.warning("Session memory partial: {error}", error=error)
+            summary["error"] = f"session memory partial (spooled rows only): {error}"
+        fresh = [d for d in documents if safe_text(str(d.meta.get("evidence_key"))) not in seen]
         summary["previously_returned"] = len(seen)
-        summary["suppressed"] = [d.meta.get("evidence_key") for d in documents if d.meta.get("evidence_key") in seen]
+        summary["suppressed"] = [d.meta.get("evidence_key") for d in documents if d not in fresh]
         return {"documents": fresh, "session_summary": summary}

@@ -5,6 +5,8 @@ from typing import Any
 
 from haystack import component, logging
 
+from components.core.lookup_result import LookupResult
+from components.trace.safe_text import safe_text
 from components.trace.trace_store import ToolInvocation, TraceStore
 
 logger = logging.getLogger(__name__)
@@ -13,12 +15,15 @@ logger = logging.getLogger(__name__)
 @component
 class TraceRecorder:
     """
-    Records every lookup as one `tool_invocation` row, after the result is assembled.
+    Records every lookup as exactly one `tool_invocation` row, after the result is assembled.
 
-    Rejected input, errors and no-evidence results are recorded too. The row carries the tool name, session,
-    query, found, status, retrieval layer, fallback reason, counts, latency, error and the snake_case
-    `retrieval_details` (evidence summaries only, never full content). If the database cannot be written, the row
-    is spooled to a file and replayed later; the lookup itself never fails because of the trace store.
+    Rejected input, errors and no-evidence results are recorded too, and so is a lookup that a component before the
+    recorder broke: `pipelines.lookup` then calls `record_failure`. The row carries the tool name, session, query
+    (escaped where a database could not store it, with its original length), found, status, retrieval layer,
+    fallback reason, counts, latency, error and the snake_case `retrieval_details` (evidence summaries only, never
+    full content). If the database cannot be written within `timeout_s`, the row is spooled to a file and replayed
+    later, and writes go straight to the spool for `retry_after_s`; the lookup never fails because of the trace
+    store.
 
     ### Usage example
 
@@ -37,6 +42,8 @@ class TraceRecorder:
         spool_path: str | None = "data/trace_spool.jsonl",
         tool_name: str = "lookup_knowledge",
         max_query_chars: int = 2000,
+        timeout_s: float = 0.5,
+        retry_after_s: float = 5.0,
     ) -> None:
         """
         Create the recorder; the database is connected on first use.
@@ -45,16 +52,32 @@ class TraceRecorder:
         :param spool_path: File for rows written while the database is down.
         :param tool_name: The tool name recorded.
         :param max_query_chars: Longest query text stored (a rejected 1 MB query is stored cut).
-        :raises ValueError: If `database_url` or `tool_name` is empty.
+        :param timeout_s: Longest wait for a locked or slow trace database before the row is spooled.
+        :param retry_after_s: After a failed write, how long rows go straight to the spool.
+        :raises ValueError: If `database_url` or `tool_name` is empty, or a number is out of range.
         """
         if not database_url or not tool_name:
             msg = f"database_url={database_url!r} and tool_name={tool_name!r} must be non-empty"
+            raise ValueError(msg)
+        for name, value in (("max_query_chars", max_query_chars), ("timeout_s", timeout_s)):
+            if value <= 0:
+                msg = f"{name}={value!r} must be positive"
+                raise ValueError(msg)
+        if retry_after_s < 0:
+            msg = f"retry_after_s={retry_after_s!r} must be 0 or more (0: retry the database on every write)"
             raise ValueError(msg)
         self.database_url = database_url
         self.spool_path = spool_path
         self.tool_name = tool_name
         self.max_query_chars = max_query_chars
-        self._store = TraceStore(database_url, spool_path)
+        self.timeout_s = timeout_s
+        self.retry_after_s = retry_after_s
+        self._store = TraceStore(database_url, spool_path, timeout_s=timeout_s, retry_after_s=retry_after_s)
+
+    @property
+    def store(self) -> TraceStore:
+        """The trace store the rows go to."""
+        return self._store
 
     def close(self) -> None:
         """Release the database connection."""
@@ -80,11 +103,13 @@ class TraceRecorder:
         transform = details.get("query_transform") or {}
         start = started_at or transform.get("started_at") or time.time()
         latency_ms = round((time.time() - start) * 1000, 2)
-        query = result.get("query") or raw_query or ""
+        received = raw_query if isinstance(raw_query, str) else result.get("query") or ""
+        query = result.get("query") or received
         row = ToolInvocation(
             tool_name=self.tool_name,
             session_id=result.get("sessionId"),
             query=query[: self.max_query_chars],
+            query_chars=len(received),
             found=bool(result.get("found")),
             status=str(result.get("evidenceStatus")),
             retrieval_layer=str(details.get("retrieval_layer", "none")),
@@ -97,3 +122,32 @@ class TraceRecorder:
         )
         trace_id = self._store.write(row)
         return {"result": {**result, "traceId": trace_id}}
+
+    def record_failure(
+        self, query: Any, session_id: str | None, error: BaseException, started_at: float | None = None
+    ) -> dict[str, Any]:
+        """
+        Record a lookup that failed before its result was assembled, and return its `error` result.
+
+        :param query: The query as received.
+        :param session_id: The caller's session.
+        :param error: What broke (a `PipelineRuntimeError` names the component).
+        :param started_at: Epoch seconds at which the lookup started.
+        :returns: The camelCase `LookupResult` JSON of status `error`, with `traceId`.
+        """
+        component_name = getattr(error, "component_name", None)
+        cause = error.__cause__ or error
+        where = f" in component {component_name!r}" if component_name else ""
+        reason = safe_text(f"internal error{where}: {type(cause).__name__}: {cause}")[:1000]
+        logger.error("Lookup failed: {error}", error=reason)
+        text = query if isinstance(query, str) else repr(query)
+        result = LookupResult(
+            found=False,
+            evidence_status="error",
+            message="Knowledge lookup failed; see the error and the trace row.",
+            query=safe_text(text[: self.max_query_chars]),
+            session_id=session_id,
+            error=reason,
+        ).to_json_dict()
+        details = {"retrieval_layer": "none", "failed_component": component_name, "error": reason}
+        return self.run(result=result, details=details, raw_query=text, started_at=started_at)["result"]

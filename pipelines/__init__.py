@@ -6,15 +6,20 @@ import components  # noqa: F401 - first: it switches Haystack's telemetry off be
 
 # isort: split
 
+import contextlib
+import threading
+import time
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from haystack import Pipeline
+from haystack import Pipeline, tracing
 
 from components.query_transformer import QueryTransformer
 from components.trace_recorder import TraceRecorder
 from pipelines.loading import load_pipeline_file, node_of_type
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, Deployment
+from pipelines.spans import enable_spans_from_env
 
 if TYPE_CHECKING:
     from pipelines.agent_tool import lookup_knowledge_tool
@@ -39,8 +44,9 @@ def load_pipeline(
     :param trace_db_url: Trace database URL (else `TRACE_DB_URL`, else SQLite in the data folder).
     :param component_params: `{component: {init_param: value}}` overrides; a dict for a nested object's parameter
         (such as the retriever's `collection`) changes that object's parameters.
-    :returns: The pipeline.
+    :returns: The pipeline (spans of its lookups go to OpenTelemetry when `LOOKUP_KNOWLEDGE_SPANS=1`).
     """
+    enable_spans_from_env()
     deployment = Deployment.resolve(data_dir, milvus_uri, trace_db_url)
     pipeline = load_pipeline_file(path, deployment, component_params)
     pipeline.warm_up()
@@ -65,17 +71,46 @@ def lookup_inputs(pipeline: Pipeline, query: Any, session_id: str | None = None)
     }
 
 
-def lookup(pipeline: Pipeline, query: str, session_id: str | None = None) -> dict[str, Any]:
+#: striped locks: lookups of one session are serialized (read session memory, answer, record), a bounded set of
+#: locks for any number of sessions
+_SESSION_LOCKS = [threading.Lock() for _ in range(64)]
+
+
+def _session_lock(session_id: str | None) -> contextlib.AbstractContextManager[Any]:
+    if not isinstance(session_id, str) or not session_id:
+        return contextlib.nullcontext()
+    return _SESSION_LOCKS[zlib.crc32(session_id.encode("utf-8", "surrogatepass")) % len(_SESSION_LOCKS)]
+
+
+def lookup(pipeline: Pipeline, query: Any, session_id: str | None = None) -> dict[str, Any]:
     """
-    Run one `lookup_knowledge` call through a loaded pipeline.
+    Run one `lookup_knowledge` call through a loaded pipeline; every call leaves exactly one trace row.
+
+    Lookups of one session run one at a time (in this process), so two concurrent calls of a session never both
+    return the same evidence; other sessions run in parallel. A component that raises (a corrupt knowledge index
+    inside L0, a broken store) does not escape: the recorder records the call as `error`, naming the component, and
+    that result is returned. With spans on (`pipelines.spans`), the call is one `lookup_knowledge` span around the
+    pipeline's, tagged with the trace row id.
 
     :param pipeline: From `load_pipeline`.
-    :param query: The agent's query.
+    :param query: The agent's query (a non-string is rejected by the query transformer, and recorded).
     :param session_id: Optional session; evidence already returned in it is not returned again.
     :returns: The camelCase `LookupResult` JSON (with `traceId`).
     """
-    recorder, _ = node_of_type(pipeline, TraceRecorder)
-    return pipeline.run(lookup_inputs(pipeline, query, session_id))[recorder]["result"]
+    name, recorder = node_of_type(pipeline, TraceRecorder)
+    started_at = time.time()
+    with (
+        _session_lock(session_id),
+        tracing.tracer.trace("lookup_knowledge", tags={"lookup_knowledge.tool": recorder.tool_name}) as span,
+    ):
+        try:
+            result = pipeline.run(lookup_inputs(pipeline, query, session_id))[name]["result"]
+        except Exception as err:  # the pipeline stopped before its recorder: the call is still recorded, once
+            result = recorder.record_failure(query, session_id, err, started_at=started_at)
+        span.set_tags(
+            {"lookup_knowledge.trace_id": result.get("traceId"), "lookup_knowledge.status": result["evidenceStatus"]}
+        )
+    return result
 
 
 def __getattr__(name: str) -> Any:

@@ -245,7 +245,6 @@ class LookupKnowledgeTool(PipelineTool):
             outputs_to_state=outputs_to_state,
         )
         self._lock = threading.Lock()
-        self._run_pipeline_tool = self.function
         self.function = self._invoke
         self.async_function = self._invoke_async
 
@@ -270,10 +269,8 @@ class LookupKnowledgeTool(PipelineTool):
         if session_id is not None and not isinstance(session_id, str):
             session_id = str(session_id)
         with self._lock:
-            if isinstance(query, str) and self._run_pipeline_tool is not None:
-                output = self._run_pipeline_tool(query=query, session_id=session_id)
-            else:  # a non-string query: rejected by the query transformer, recorded with its repr
-                output = {"result": lookup(self._pipeline, query, session_id=session_id)}
+            # `lookup`, not PipelineTool's own call: a component that raises is recorded as an `error` row too
+            output = {"result": lookup(self._pipeline, query, session_id=session_id)}
         raise_for_status(output["result"])
         return output
 

@@ -14,6 +14,8 @@ from pipelines.settings import DEFAULT_MCP_HOST, DEFAULT_MCP_PORT, Deployment
 
 
 def _print_index_summary(summary: dict, deployment: Deployment) -> None:
+    from components.trace.trace_store import redact_url
+
     print(
         f"Indexed {summary['indexed']} of {summary['files']} files: {summary['chunks']} chunks, "
         f"{summary['skipped']} unchanged (skipped, nothing re-embedded), {summary['failed']} failed, "
@@ -39,7 +41,7 @@ def _print_index_summary(summary: dict, deployment: Deployment) -> None:
         print(f"Calibration: {summary['statistics']}")
     print(
         f"Data: Milvus at {deployment.milvus_uri}, knowledge index at {deployment.index_path}, "
-        f"lookup traces in {deployment.trace_db_url}"
+        f"lookup traces in {redact_url(deployment.trace_db_url)}"
     )
 
 
@@ -102,33 +104,51 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 def cmd_trace(args: argparse.Namespace) -> int:
     from components.trace.trace_store import TraceStore
+    from pipelines import trace_browser
 
     deployment = Deployment.resolve(args.data_dir)
-    store = TraceStore(deployment.trace_db_url)
-    if args.action == "list":
-        rows = store.list(limit=args.limit, session_id=args.session)
-        if args.json:
-            print(
-                json.dumps(
-                    [r.model_dump(mode="json", exclude={"retrieval_details"}) for r in rows],
-                    ensure_ascii=False,
-                    indent=1,
+    store = TraceStore(deployment.trace_db_url, spool_path=str(deployment.spool_path))
+    try:
+        if args.action == "replay":
+            report = store.replay()
+            if args.json:
+                print(json.dumps(report.as_dict()))
+            else:
+                rejected = store.spool.rejected_path if store.spool else "-"
+                print(
+                    f"Replayed {report.files} spool files: {report.stored} rows stored, {report.duplicates} already "
+                    f"stored, {report.rejected} damaged lines moved to {rejected}"
+                    + (f"; database unavailable ({report.error}), rows stay spooled" if report.error else "")
                 )
+            return 1 if report.error else 0
+        if args.action == "list":
+            rows = store.list(
+                limit=args.limit,
+                session_id=args.session,
+                status=args.status,
+                since=trace_browser.parse_time(args.since) if args.since else None,
+                until=trace_browser.parse_time(args.until) if args.until else None,
             )
-        for row in [] if args.json else rows:
-            print(
-                f"{row.id:>5}  {row.created_at:%Y-%m-%d %H:%M:%S}  {row.status:<16} found={row.found!s:<5} "
-                f"blocks={row.evidence_block_count:<2} {row.latency_ms:>7.1f} ms  session={row.session_id or '-'}  "
-                f"{row.query[:60]}"
-            )
+            if args.json:
+                print(
+                    json.dumps([trace_browser.row_json(r, details=False) for r in rows], ensure_ascii=False, indent=1)
+                )
+            else:
+                for row in rows:
+                    print(trace_browser.row_line(row))
+            return 0
+        if args.id is None:
+            raise ValueError("trace show needs an ID (see `lookup-knowledge trace list`)")
+        found = store.get(args.id)
+        if found is None:
+            raise ValueError(f"no tool_invocation row with id {args.id}")
+        if args.json:
+            print(json.dumps(trace_browser.row_json(found), ensure_ascii=False, indent=1))
+        else:
+            print(trace_browser.row_report(found))
         return 0
-    if args.id is None:
-        raise ValueError("trace show needs an ID (see `lookup-knowledge trace list`)")
-    found = store.get(args.id)
-    if found is None:
-        raise ValueError(f"no tool_invocation row with id {args.id}")
-    print(json.dumps(found.model_dump(mode="json"), ensure_ascii=False, indent=1))
-    return 0
+    finally:
+        store.close()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -196,12 +216,15 @@ def build_parser() -> argparse.ArgumentParser:
     ask.set_defaults(func=cmd_ask)
 
     trace = sub.add_parser("trace", help="browse recorded tool_invocation rows")
-    trace.add_argument("action", choices=["list", "show"])
+    trace.add_argument("action", choices=["list", "show", "replay"], help="replay: store the spooled rows now")
     trace.add_argument("id", nargs="?", type=int)
     trace.add_argument("--json", action="store_true")
     trace.add_argument("--data-dir", default=None)
     trace.add_argument("--limit", type=int, default=20)
-    trace.add_argument("--session", default=None)
+    trace.add_argument("--session", default=None, help="only this session's rows")
+    trace.add_argument("--status", default=None, help="only rows of this status (evidence, no_evidence, error, ...)")
+    trace.add_argument("--since", default=None, help="only rows created at or after this ISO time (UTC by default)")
+    trace.add_argument("--until", default=None, help="only rows created before this ISO time")
     trace.set_defaults(func=cmd_trace)
 
     serve_p = sub.add_parser("serve", help="serve lookup_knowledge over MCP (stdio or streamable HTTP)")
@@ -259,6 +282,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     :returns: The exit code: 0 success, 2 bad input, 1 internal failure.
     """
     args = build_parser().parse_args(argv)
+    for stream in (sys.stdout, sys.stderr):
+        # undecodable arguments (lone surrogates) are printed escaped instead of failing the command
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     # pymilvus logs every failed RPC itself; the CLI reports failures once, and the trace keeps the details
     stdlib_logging.getLogger("pymilvus").setLevel(stdlib_logging.CRITICAL)
     try:

@@ -31,6 +31,11 @@ class Deployment:
         """The knowledge index file (L0 hints and active document versions)."""
         return self.data_dir / "knowledge_index.json"
 
+    @property
+    def spool_path(self) -> Path:
+        """The trace spool: rows the trace database could not take, until they are replayed."""
+        return self.data_dir / "trace_spool.jsonl"
+
     @classmethod
     def resolve(
         cls, data_dir: str | Path | None = None, milvus_uri: str | None = None, trace_db_url: str | None = None
@@ -54,5 +59,5 @@ class Deployment:
             "uri": self.milvus_uri,
             "index_path": str(self.index_path),
             "database_url": self.trace_db_url,
-            "spool_path": str(self.data_dir / "trace_spool.jsonl"),
+            "spool_path": str(self.spool_path),
         }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command from a fresh clone: set up with the test extras, lint, type-check and run the whole test suite,
-# including the tier that starts a real Milvus server on 127.0.0.1.
+# including the tiers that start a real Milvus server and a real PostgreSQL server on 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test

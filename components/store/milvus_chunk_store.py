@@ -34,6 +34,8 @@ for _name in ("pymilvus.client.iterator.query_iterator", "grpc._server"):
     stdlib_logging.getLogger(_name).addFilter(_DropLiteIteratorNoise())
 
 _DELETE_BATCH = 500
+#: pymilvus raises code 2 ("Fail connecting to server") when the channel is gone
+_UNAVAILABLE = 2
 # The terms are made by `components.store.lexical.tokenize` (English stems, Chinese character bigrams) and joined by
 # spaces, so Milvus only has to split on whitespace: its built-in analyzers alone measured worse
 # (benchmarks/milvus_analyzers.py: jieba nDCG@10 0.685 vs 0.728 on gitlab_handbook; `standard` cannot split Chinese).
@@ -97,6 +99,18 @@ class MilvusChunkStore:
                 kwargs["token"] = self._token
             self._client = MilvusClient(**kwargs)
         return self._client
+
+    def _search(self, *args: Any, **kwargs: Any) -> Any:
+        # a connection the server dropped (Milvus Lite's gRPC server answers bursts of keep-alive pings with
+        # GOAWAY, a restarted server has a new channel) is opened again once before the search counts as failed
+        try:
+            return self.client.search(*args, **kwargs)
+        except MilvusException as err:
+            if err.code != _UNAVAILABLE:
+                raise
+            self.close()
+            self.load()
+            return self.client.search(*args, **kwargs)
 
     def close(self) -> None:
         """Release the connection."""
@@ -390,7 +404,7 @@ class MilvusChunkStore:
         """
         self.load()
         s = self.schema
-        res = self.client.search(
+        res = self._search(
             s.collection_name,
             data=[vector],
             anns_field=s.vector_field,
@@ -421,7 +435,7 @@ class MilvusChunkStore:
         :returns: `(id, bm25_score)` pairs, best first.
         """
         self.load()
-        res = self.client.search(
+        res = self._search(
             self.schema.collection_name,
             data=[text],
             anns_field=sparse_field,

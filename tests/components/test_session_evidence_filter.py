@@ -99,10 +99,12 @@ class TestSessionEvidenceFilter:
 
     def test_to_dict_from_dict(self, tmp_path, db_url):
         spool = str(tmp_path / "spool.jsonl")
-        data = component_to_dict(SessionEvidenceFilter(database_url=db_url, spool_path=spool), "session_filter")
-        assert data["init_parameters"] == {"database_url": db_url, "spool_path": spool}
+        data = component_to_dict(
+            SessionEvidenceFilter(database_url=db_url, spool_path=spool, timeout_s=0.25), "session_filter"
+        )
+        assert data["init_parameters"] == {"database_url": db_url, "spool_path": spool, "timeout_s": 0.25}
         restored = component_from_dict(SessionEvidenceFilter, data, "session_filter")
-        assert (restored.database_url, restored.spool_path) == (db_url, spool)
+        assert (restored.database_url, restored.spool_path, restored.timeout_s) == (db_url, spool, 0.25)
 
     @pytest.mark.integration
     def test_drops_blocks_already_returned_in_the_session(self, seeded, make_filter):
@@ -171,6 +173,20 @@ class TestSessionEvidenceFilter:
         assert summary["error"]
         assert "unavailable" in summary["error"]
         assert summary["suppressed"] == []
+
+    @pytest.mark.integration
+    def test_unreadable_database_still_holds_back_what_the_spool_remembers(self, tmp_path, make_filter):
+        spool = tmp_path / "spool.jsonl"
+        down = TraceStore(_blocked_url(tmp_path), spool_path=str(spool))
+        down.write(_row("s1", ["spooled.md#0"]))
+        down.close()
+        docs = [_doc("spooled.md#0"), _doc("fresh.md#0")]
+        out = make_filter(database_url=_blocked_url(tmp_path), spool_path=str(spool)).run(
+            documents=docs, session_id="s1"
+        )
+        assert _keys(out["documents"]) == ["fresh.md#0"]
+        assert out["session_summary"]["suppressed"] == ["spooled.md#0"]
+        assert "partial" in out["session_summary"]["error"]
 
     @pytest.mark.integration
     def test_new_rows_are_seen_by_the_same_filter(self, db_url, make_filter):

@@ -109,7 +109,13 @@ class TestTraceRecorder:
 
     @pytest.mark.parametrize(
         ("kwargs", "match"),
-        [({"database_url": ""}, "database_url"), ({"tool_name": ""}, "tool_name")],
+        [
+            ({"database_url": ""}, "database_url"),
+            ({"tool_name": ""}, "tool_name"),
+            ({"max_query_chars": 0}, "max_query_chars=0"),
+            ({"timeout_s": 0}, "timeout_s=0"),
+            ({"retry_after_s": -1}, "retry_after_s=-1"),
+        ],
     )
     def test_invalid_init(self, kwargs, match):
         with pytest.raises(ValueError, match=match):
@@ -117,13 +123,17 @@ class TestTraceRecorder:
 
     def test_to_dict_from_dict(self, tmp_path, db_url):
         spool = str(tmp_path / "spool.jsonl")
-        recorder = TraceRecorder(database_url=db_url, spool_path=spool, tool_name="kb", max_query_chars=500)
+        recorder = TraceRecorder(
+            database_url=db_url, spool_path=spool, tool_name="kb", max_query_chars=500, timeout_s=0.2, retry_after_s=1
+        )
         data = component_to_dict(recorder, "recorder")
         assert data["init_parameters"] == {
             "database_url": db_url,
             "spool_path": spool,
             "tool_name": "kb",
             "max_query_chars": 500,
+            "timeout_s": 0.2,
+            "retry_after_s": 1,
         }
         restored = component_from_dict(TraceRecorder, data, "recorder")
         assert (restored.database_url, restored.spool_path, restored.tool_name, restored.max_query_chars) == (
@@ -292,7 +302,7 @@ class TestTraceRecorder:
     def test_spool_is_replayed_by_the_next_successful_write(self, tmp_path):
         url, blocker = _blocked_url(tmp_path)
         spool = tmp_path / "trace_spool.jsonl"
-        recorder = TraceRecorder(database_url=url, spool_path=str(spool))
+        recorder = TraceRecorder(database_url=url, spool_path=str(spool), retry_after_s=0)
         first = recorder.run(*_assembled(query="while down"))["result"]
         assert first["traceId"] is None
         assert spool.exists()
@@ -332,3 +342,26 @@ class TestTraceRecorder:
         assert (result, details) == before
         assert out is not result
         assert "latency_ms" not in details
+
+    @pytest.mark.integration
+    def test_a_failed_lookup_is_recorded_once_as_error(self, db_url, read_store):
+        from haystack.core.errors import PipelineRuntimeError
+
+        recorder = TraceRecorder(database_url=db_url, spool_path=None)
+        err = PipelineRuntimeError.from_exception("l0", TraceRecorder, ValueError("index corrupt"))
+        err.__cause__ = ValueError("index corrupt")
+        result = recorder.record_failure("disk \udcff", "s1", err)
+        assert result["evidenceStatus"] == "error" and result["found"] is False
+        assert result["error"] == "internal error in component 'l0': ValueError: index corrupt"
+        rows = read_store.list()
+        assert len(rows) == 1 and rows[0].id == result["traceId"]
+        assert (rows[0].status, rows[0].session_id, rows[0].query) == ("error", "s1", "disk \\udcff")
+        assert rows[0].query_chars == 6
+        assert rows[0].retrieval_details["failed_component"] == "l0"
+
+    @pytest.mark.integration
+    def test_a_non_string_query_is_recorded_by_its_repr(self, db_url, read_store):
+        recorder = TraceRecorder(database_url=db_url, spool_path=None)
+        result = recorder.record_failure({"q": 1}, None, RuntimeError("boom"))
+        assert result["error"] == "internal error: RuntimeError: boom"
+        assert read_store.list()[0].query == "{'q': 1}"

@@ -19,10 +19,12 @@ def indexed(tmp_path, tiny_kb, capsys):
 
 
 class TestCli:
-    def test_index_prints_a_summary_and_reuses_the_index(self, tmp_path, tiny_kb, capsys):
+    def test_index_prints_a_summary_and_reuses_the_index(self, tmp_path, tiny_kb, capsys, monkeypatch):
         data = tmp_path / "data"
+        monkeypatch.setenv("TRACE_DB_URL", "postgresql+psycopg://agent:s3cret-pw@127.0.0.1:1/traces")
         assert main(["index", "--knowledge", str(tiny_kb), "--data-dir", str(data)]) == 0
         out = capsys.readouterr()
+        assert "s3cret-pw" not in out.out + out.err and "postgresql+psycopg://agent:***@127.0.0.1:1/traces" in out.out
         assert "Indexed 3 of 3 files" in out.out and "chars/s" in out.out and "0 failed" in out.out
         assert "Indexing" in out.err  # the progress bar
         assert str(data / "milvus.db") in out.out
@@ -79,7 +81,20 @@ class TestCli:
         assert main(["trace", "list", "--data-dir", str(data), "--json"]) == 0
         rows = json.loads(capsys.readouterr().out)
         assert [r["status"] for r in rows[:2]] == ["already_returned", "evidence"]
-        assert main(["trace", "show", str(rows[0]["id"]), "--data-dir", str(data)]) == 0
+        assert main(["trace", "show", str(rows[0]["id"]), "--data-dir", str(data), "--json"]) == 0
         shown = json.loads(capsys.readouterr().out)
         assert shown["session_id"] == "abc" and "retrieval_details" in shown
+        assert main(["trace", "show", str(rows[1]["id"]), "--data-dir", str(data)]) == 0
+        report = capsys.readouterr().out
+        for step in ("L0 hints", "L1 attempts", "rerank", "evidence", "dedup", "context pack"):
+            assert f"\n{step}\n" in report
+        assert "session: abc" in report and "status: evidence" in report
+        assert main(["trace", "list", "--data-dir", str(data), "--status", "evidence", "--json"]) == 0
+        assert [r["status"] for r in json.loads(capsys.readouterr().out)] == ["evidence"]
+        assert main(["trace", "list", "--data-dir", str(data), "--since", "2999-01-01", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == []
+        assert main(["trace", "list", "--data-dir", str(data), "--since", "yesterday"]) == 2
+        assert "ISO 8601" in capsys.readouterr().err
+        assert main(["trace", "replay", "--data-dir", str(data)]) == 0
+        assert "0 rows stored" in capsys.readouterr().out
         assert main(["trace", "show", "99999", "--data-dir", str(data)]) == 2

@@ -1,12 +1,25 @@
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import JSON, Boolean, Column, DateTime, Float, Integer, MetaData, String, Table, create_engine
+from sqlmodel import SQLModel
 
+from components.trace import migrate
 from components.trace.trace_store import ToolInvocation, TraceStore, redact_url
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def _row(query: str = "q", *, session_id: str | None = "s1", found: bool = True, keys: list[str] | None = None):
@@ -32,10 +45,16 @@ def _blocked_url(tmp_path: Path) -> tuple[str, Path]:
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = TraceStore(f"sqlite:///{tmp_path}/traces.db", spool_path=str(tmp_path / "spool.jsonl"))
+def store(trace_url, tmp_path):
+    s = TraceStore(trace_url, spool_path=str(tmp_path / "spool.jsonl"), retry_after_s=0)
     yield s
     s.close()
+
+
+def _keys(store: TraceStore, session_id: str) -> set[str]:
+    keys, error = store.session_memory(session_id)
+    assert error is None
+    return keys
 
 
 class TestTraceStore:
@@ -77,8 +96,8 @@ class TestTraceStore:
         assert store.get(9999) is None
 
     @pytest.mark.integration
-    def test_rows_survive_a_new_store(self, tmp_path):
-        url = f"sqlite:///{tmp_path}/traces.db"
+    def test_rows_survive_a_new_store(self, trace_url):
+        url = trace_url
         first = TraceStore(url)
         row_id = first.write(_row("persisted"))
         first.close()
@@ -111,17 +130,17 @@ class TestTraceStore:
         assert [r.query for r in store.list(limit=1, session_id="a")] == ["a2"]
 
     @pytest.mark.integration
-    def test_returned_evidence_keys(self, store):
+    def test_session_memory(self, store):
         store.write(_row(session_id="s1", keys=["a.md#0", "b.md#1"]))
         store.write(_row(session_id="s1", keys=["c.md#0"]))
         store.write(_row(session_id="s1", found=False, keys=["lost.md#0"]))
         store.write(_row(session_id="s2", keys=["other.md#0"]))
-        assert store.returned_evidence_keys("s1") == {"a.md#0", "b.md#1", "c.md#0"}
-        assert store.returned_evidence_keys("s2") == {"other.md#0"}
-        assert store.returned_evidence_keys("nobody") == set()
+        assert _keys(store, "s1") == {"a.md#0", "b.md#1", "c.md#0"}
+        assert _keys(store, "s2") == {"other.md#0"}
+        assert _keys(store, "nobody") == set()
 
     @pytest.mark.integration
-    def test_returned_evidence_keys_ignores_rows_without_blocks(self, store):
+    def test_session_memory_ignores_rows_without_blocks(self, store):
         store.write(_row(session_id="s1"))
         bare = _row(session_id="s1")
         bare.retrieval_details = {}
@@ -129,7 +148,7 @@ class TestTraceStore:
         odd = _row(session_id="s1")
         odd.retrieval_details = {"evidence_blocks": [{"preview": "no key"}, {"evidence_key": ""}]}
         store.write(odd)
-        assert store.returned_evidence_keys("s1") == set()
+        assert _keys(store, "s1") == set()
 
     @pytest.mark.integration
     def test_unavailable_database_spools_the_row(self, tmp_path):
@@ -152,7 +171,7 @@ class TestTraceStore:
     def test_next_successful_write_replays_the_spool(self, tmp_path):
         url, blocker = _blocked_url(tmp_path)
         spool = tmp_path / "spool.jsonl"
-        s = TraceStore(url, spool_path=str(spool))
+        s = TraceStore(url, spool_path=str(spool), retry_after_s=0)
         assert s.write(_row("first")) is None
         assert s.write(_row("second")) is None
         blocker.unlink()  # the database comes back
@@ -173,8 +192,8 @@ class TestTraceStore:
         down.write(_row(session_id="s2", keys=["s2.md#0"]))
         up = TraceStore(f"sqlite:///{tmp_path}/traces.db", spool_path=str(spool))
         assert spool.exists()
-        assert up.returned_evidence_keys("s1") == {"spooled.md#0"}
-        assert up.returned_evidence_keys("s2") == {"s2.md#0"}
+        assert _keys(up, "s1") == {"spooled.md#0"}
+        assert _keys(up, "s2") == {"s2.md#0"}
         assert spool.exists()  # reading does not consume the spool
         up.close()
         down.close()
@@ -199,3 +218,207 @@ class TestTraceStore:
         redacted = redact_url("::not a url::")
         assert "not a url" not in redacted
         assert redacted == "<unparseable database url>"
+
+
+def _spool_line(query: str, invocation_id: str | None = None) -> str:
+    row = _row(query)
+    if invocation_id:
+        row.invocation_id = invocation_id
+    return row.model_dump_json()
+
+
+class TestUnencodableText:
+    @pytest.mark.integration
+    def test_surrogates_and_nul_are_stored_escaped(self, store):
+        row = _row("disk \udcff\udcfe full\x00", session_id="s\udcff", keys=["a\udcff.md#0"])
+        row.query_chars = 16
+        row.error = "bad \udcff"
+        row_id = store.write(row)
+        assert isinstance(row_id, int)
+        stored = store.get(row_id)
+        assert stored.query == "disk \\udcff\\udcfe full\\x00"
+        assert stored.query_chars == 16
+        assert stored.session_id == "s\\udcff"
+        assert stored.error == "bad \\udcff"
+        assert stored.retrieval_details["evidence_blocks"][0]["evidence_key"] == "a\\udcff.md#0"
+        # the session is found by its original id: the escape is applied on both sides
+        assert _keys(store, "s\udcff") == {"a\\udcff.md#0"}
+        assert [r.id for r in store.list(session_id="s\udcff")] == [row_id]
+
+    def test_write_does_not_mutate_the_row(self, tmp_path):
+        store = TraceStore(f"sqlite:///{tmp_path}/t.db")
+        row = _row("q\udcff")
+        store.write(row)
+        assert row.query == "q\udcff"
+        store.close()
+
+
+class TestSpool:
+    @pytest.mark.integration
+    def test_a_damaged_line_is_moved_aside_and_later_writes_go_on(self, store, tmp_path, caplog):
+        spool = tmp_path / "spool.jsonl"
+        spool.write_text(
+            _spool_line("kept-1") + "\n" + '{"tool_name": "lookup_kn' + "\n" + _spool_line("kept-2") + "\n"
+        )
+        assert isinstance(store.write(_row("live")), int)
+        assert sorted(r.query for r in store.list()) == ["kept-1", "kept-2", "live"]
+        rejected = spool.with_name("spool.jsonl.rejected")
+        assert rejected.read_text(encoding="utf-8") == '{"tool_name": "lookup_kn\n'
+        assert "1 damaged lines" in caplog.text
+        assert not spool.exists()
+        assert isinstance(store.write(_row("after")), int)
+        assert _keys(store, "s1") == set()  # session memory still works
+
+    @pytest.mark.integration
+    def test_a_row_the_database_refuses_is_moved_aside_not_retried_forever(self, store, tmp_path):
+        spool = tmp_path / "spool.jsonl"
+        refused = json.dumps({"tool_name": "lookup_knowledge", "query": None, "found": "maybe"})  # not a valid row
+        spool.write_text(_spool_line("good-1") + "\n" + refused + "\n" + _spool_line("good-2") + "\n")
+        report = store.replay()
+        assert (report.stored, report.rejected, report.error) == (2, 1, None)
+        assert sorted(r.query for r in store.list()) == ["good-1", "good-2"]
+        assert json.loads(spool.with_name("spool.jsonl.rejected").read_text())["found"] == "maybe"
+        assert not spool.exists()
+        assert store.replay().files == 0
+
+    @pytest.mark.integration
+    def test_a_row_replayed_twice_is_stored_once(self, store, tmp_path):
+        """A crash between the insert and the spool's removal leaves the spool as it was: replay it again."""
+        spool = tmp_path / "spool.jsonl"
+        lines = [_spool_line(f"q{i}", invocation_id=f"id-{i}") for i in range(5)]
+        spool.write_text("\n".join(lines) + "\n")
+        first = store.replay()
+        assert (first.stored, first.duplicates, first.rejected) == (5, 0, 0)
+        spool.write_text("\n".join(lines) + "\n")  # as if the process died before removing it
+        second = store.replay()
+        assert (second.stored, second.duplicates) == (0, 5)
+        assert store.count() == 5
+
+    @pytest.mark.integration
+    def test_a_stale_claim_of_a_dead_process_is_replayed(self, store, tmp_path):
+        claimed = tmp_path / "spool.jsonl.999-dead.claimed"
+        claimed.write_text(_spool_line("orphan", invocation_id="orphan-1") + "\n")
+        os.utime(claimed, (0, 0))
+        assert store.replay().stored == 1
+        assert not claimed.exists()
+        assert [r.query for r in store.list()] == ["orphan"]
+
+    @pytest.mark.integration
+    def test_replay_into_an_unavailable_database_keeps_the_rows(self, tmp_path):
+        url, blocker = _blocked_url(tmp_path)
+        spool = tmp_path / "spool.jsonl"
+        spool.write_text(_spool_line("waiting", invocation_id="w-1") + "\n")
+        s = TraceStore(url, spool_path=str(spool))
+        report = s.replay()
+        assert report.error and report.stored == 0
+        assert [r["query"] for r in s.spool.rows()] == ["waiting"]
+        blocker.unlink()
+        assert s.replay().stored == 1
+        assert [r.query for r in s.list()] == ["waiting"]
+        s.close()
+
+    @pytest.mark.integration
+    def test_several_processes_replaying_one_spool_store_each_row_once(self, trace_url, tmp_path):
+        spool = tmp_path / "spool.jsonl"
+        rows = 3000
+        spool.write_text("".join(_spool_line(f"q{i}") + "\n" for i in range(rows)))
+        TraceStore(trace_url).close()  # migrate first, so the processes race on the rows, not on the schema
+        script = (
+            "import sys\nfrom components.trace.trace_store import TraceStore\n"
+            "s = TraceStore(sys.argv[1], spool_path=sys.argv[2], retry_after_s=0)\n"
+            "print(s.replay().stored)\n"
+        )
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, trace_url, str(spool)],
+                cwd=REPO_ROOT,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
+        stored = [int(p.communicate(timeout=120)[0].strip() or 0) for p in procs]
+        assert all(p.returncode == 0 for p in procs)
+        checker = TraceStore(trace_url)
+        assert checker.count() == rows
+        assert sum(stored) == rows
+        checker.close()
+
+
+class TestBoundedCost:
+    @pytest.mark.integration
+    def test_a_locked_sqlite_database_costs_one_timeout_then_nothing(self, tmp_path):
+        db = tmp_path / "traces.db"
+        s = TraceStore(f"sqlite:///{db}", spool_path=str(tmp_path / "spool.jsonl"), timeout_s=0.2, retry_after_s=30)
+        assert isinstance(s.write(_row("before")), int)
+        holder = sqlite3.connect(db, timeout=0)
+        holder.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+        try:
+            start = time.perf_counter()
+            assert s.write(_row("locked-1")) is None
+            first = time.perf_counter() - start
+            start = time.perf_counter()
+            assert s.write(_row("locked-2")) is None
+            second = time.perf_counter() - start
+        finally:
+            holder.rollback()
+            holder.close()
+        assert first < 1.5  # the 0.2 s busy timeout, not SQLite's 5 s default
+        assert second < 0.1  # straight to the spool while the database is marked down
+        report = s.replay()
+        assert report.stored == 2
+        assert sorted(r.query for r in s.list()) == ["before", "locked-1", "locked-2"]
+        s.close()
+
+
+class TestMigrations:
+    @pytest.mark.integration
+    def test_a_database_from_before_migrations_is_upgraded_and_keeps_its_rows(self, trace_url):
+        engine = create_engine(trace_url)
+        legacy = MetaData()
+        Table(
+            "tool_invocation",
+            legacy,
+            Column("id", Integer, primary_key=True),
+            Column("created_at", DateTime(timezone=True), nullable=False, index=True),
+            Column("tool_name", String, nullable=False, index=True),
+            Column("session_id", String, index=True),
+            Column("query", String, nullable=False),
+            Column("found", Boolean, nullable=False),
+            Column("status", String, nullable=False),
+            Column("retrieval_layer", String, nullable=False),
+            Column("fallback_reason", String),
+            Column("candidate_count", Integer, nullable=False),
+            Column("evidence_block_count", Integer, nullable=False),
+            Column("latency_ms", Float, nullable=False),
+            Column("error", String),
+            Column("retrieval_details", JSON),
+        )
+        legacy.create_all(engine)
+        with engine.begin() as conn:
+            conn.execute(
+                legacy.tables["tool_invocation"].insert(),
+                {
+                    "created_at": datetime.now(UTC),
+                    "tool_name": "lookup_knowledge",
+                    "query": "old row",
+                    "found": False,
+                    "status": "no_evidence",
+                    "retrieval_layer": "L1",
+                    "candidate_count": 0,
+                    "evidence_block_count": 0,
+                    "latency_ms": 1.0,
+                    "retrieval_details": {},
+                },
+            )
+        store = TraceStore(trace_url)
+        assert [r.query for r in store.list()] == ["old row"]
+        assert store.list()[0].invocation_id is None
+        assert isinstance(store.write(_row("new row")), int)
+        with store.engine.connect() as conn:
+            assert migrate.current_revision(conn) == "0002"
+            context = MigrationContext.configure(conn, opts={"compare_type": True})
+            diff = compare_metadata(context, SQLModel.metadata)
+        assert [d for d in diff if "tool_invocation" in str(d)] == []  # the model and the migrations agree
+        store.close()
+        engine.dispose()

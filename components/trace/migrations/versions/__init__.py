@@ -1,0 +1,1 @@
+"""Revisions of the `tool_invocation` table, oldest first."""
