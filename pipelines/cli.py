@@ -25,6 +25,8 @@ def _print_index_summary(summary: dict, deployment: Deployment) -> None:
     )
     for failure in summary["failures"]:
         print(f"  FAILED {failure['source']}: {failure['reason']}")
+    for doc_id, sources in summary.get("duplicate_ids", {}).items():
+        print(f"  DUPLICATE id {doc_id!r} in {', '.join(sources)} (ids must be unique; set `id:` in the frontmatter)")
     if summary["bm25"] == "milvus":
         print("BM25: inside Milvus (full-text search on the collection)")
     else:
@@ -103,10 +105,16 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
+    from sqlalchemy.engine import make_url
+
     from components.trace.trace_store import TraceStore
     from pipelines import trace_browser
 
     deployment = Deployment.resolve(args.data_dir)
+    database = make_url(deployment.trace_db_url)
+    if database.get_backend_name() == "sqlite" and database.database and not Path(database.database).exists():
+        # browsing must not create a data folder and an empty database where nothing was ever recorded
+        raise ValueError(f"no trace database at {database.database}: nothing was recorded with this data folder")
     store = TraceStore(deployment.trace_db_url, spool_path=str(deployment.spool_path))
     try:
         if args.action == "replay":
@@ -155,7 +163,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from pipelines.mcp_server import serve
 
     with contextlib.suppress(KeyboardInterrupt):
-        serve(args.transport, host=args.host, port=args.port, data_dir=args.data_dir, pipeline_path=args.pipeline)
+        serve(
+            args.transport,
+            host=args.host,
+            port=args.port,
+            data_dir=args.data_dir,
+            pipeline_path=args.pipeline,
+            allow_remote=args.allow_remote,
+            allowed_hosts=args.allowed_host,
+        )
     return 0
 
 
@@ -233,6 +249,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve_p.add_argument("--port", type=int, default=DEFAULT_MCP_PORT, help=f"HTTP port (default: {DEFAULT_MCP_PORT})")
     serve_p.add_argument("--data-dir", default=None, help="data folder (default: ./data or LOOKUP_KNOWLEDGE_DATA_DIR)")
     serve_p.add_argument("--pipeline", default=None, help="pipeline YAML (default: pipelines.yaml)")
+    serve_p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a non-loopback --host (requires a bearer token in LOOKUP_KNOWLEDGE_TOKEN)",
+    )
+    serve_p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="a Host header to serve besides loopback and --host (repeatable), e.g. kb.internal:8765",
+    )
     serve_p.set_defaults(func=cmd_serve)
 
     evaluate = sub.add_parser("eval", help="score a labelled dataset: pipeline vs dense vs bm25, in one run")

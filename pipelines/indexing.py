@@ -17,7 +17,13 @@ from haystack import Document, Pipeline, logging
 from tqdm import tqdm
 
 from components.core.embedding_backends import get_backend, model_dimension
-from components.markdown_loader import KnowledgeFileError, MarkdownKnowledgeLoader, file_version, parse_knowledge_file
+from components.markdown_loader import (
+    KnowledgeFileError,
+    MarkdownKnowledgeLoader,
+    discover_knowledge_files,
+    file_version,
+    parse_knowledge_file,
+)
 from components.milvus_chunk_writer import MilvusChunkWriter
 from components.offline_document_embedder import OfflineDocumentEmbedder
 from components.store.collection_statistics import CollectionStatistics
@@ -46,6 +52,7 @@ class IndexSummary:
     bm25: str = ""  # where lookups run BM25 on this collection: `milvus` or `in-process`
     statistics: str = ""  # the collection's languages and noise ceiling, in one line
     crosslingual: bool = False  # whether the collection holds cross-lingual vectors
+    duplicate_ids: dict[str, list[str]] = field(default_factory=dict)  # a doc id used by several files: their sources
 
     @property
     def failed(self) -> int:
@@ -71,6 +78,7 @@ class IndexSummary:
             "seconds": round(self.seconds, 2),
             "chars_per_second": round(self.chars_per_second, 1),
             "failures": self.failures,
+            "duplicate_ids": self.duplicate_ids,
             "cleanup_error": self.cleanup_error,
             "crosslingual": self.crosslingual,
             "bm25": self.bm25,
@@ -101,6 +109,16 @@ def _bodies(root: Path, documents: dict[str, IndexedDocument]) -> dict[str, str]
         except (OSError, KnowledgeFileError):
             continue
     return bodies
+
+
+def _duplicate_ids(documents: dict[str, IndexedDocument]) -> dict[str, list[str]]:
+    by_id: dict[str, list[str]] = {}
+    for source, document in sorted(documents.items()):
+        by_id.setdefault(document.doc_id, []).append(source)
+    duplicates = {doc_id: sources for doc_id, sources in by_id.items() if len(sources) > 1}
+    for doc_id, sources in duplicates.items():
+        logger.warning("Document id {doc_id} is used by {sources}", doc_id=doc_id, sources=sources)
+    return duplicates
 
 
 class KnowledgeIndexer:
@@ -224,18 +242,26 @@ class KnowledgeIndexer:
         previous = self._previous(rebuild)
         self.writer.warm_up()
         old = previous.by_source()
-        sources = {p: p.relative_to(root).as_posix() for p in sorted(root.rglob("*.md"))}
-        files = list(sources)
-        versions = {source: file_version(p.read_bytes()) for p, source in sources.items()}
+        _, loader = node_of_type(self.pipeline, MarkdownKnowledgeLoader)
+        sources, unusable = discover_knowledge_files(root, loader.max_file_bytes)
+        versions = {}
+        for path, source in list(sources.items()):
+            try:
+                versions[source] = file_version(path.read_bytes())
+            except OSError as err:
+                unusable.append({"source": source, "reason": err.strerror or str(err)})
+                del sources[path]
+        files = [*sources, *(f["source"] for f in unusable)]
         todo = [
             p
             for p, source in sources.items()
             if (entry := old.get(source)) is None or entry.doc_version != versions[source]
         ]
-        summary = IndexSummary(files=len(files), skipped=len(files) - len(todo))
+        summary = IndexSummary(files=len(files), skipped=len(sources) - len(todo), failures=unusable)
+        failed_sources = {f["source"] for f in unusable}
         summary.bm25 = "milvus" if self.writer.full_text_fields else "in-process"
         summary.crosslingual = self.collection.has_crosslingual()
-        summary.deleted = len(set(old) - set(versions))
+        summary.deleted = len(set(old) - set(versions) - failed_sources)
         fresh: dict[str, IndexedDocument] = {}
         batches = [todo[i : i + self.files_per_batch] for i in range(0, len(todo), self.files_per_batch)]
         with tqdm(total=len(todo), desc="Indexing", unit="file", disable=not progress or not todo) as bar:
@@ -246,8 +272,9 @@ class KnowledgeIndexer:
                 bar.set_postfix(chunks=summary.chunks, failed=summary.failed)
         summary.indexed = len(fresh)
         # a file that failed keeps its previous version; a deleted file loses its entry
-        active = {src: doc for src, doc in old.items() if src in versions}
+        active = {src: doc for src, doc in old.items() if src in versions or src in failed_sources}
         active.update(fresh)
+        summary.duplicate_ids = _duplicate_ids(active)
         unchanged = not fresh and not summary.deleted and bool(previous.term_categories)
         index = KnowledgeIndex(
             milvus_uri=self.collection.uri,
@@ -258,7 +285,9 @@ class KnowledgeIndexer:
             term_categories=(
                 previous.term_categories
                 if unchanged
-                else term_category_counts(list(active.values()), _bodies(root, active))
+                else term_category_counts(
+                    list(active.values()), _bodies(root, {s: d for s, d in active.items() if s not in failed_sources})
+                )
             ),
         )
         index.statistics = previous.statistics  # until they are counted again below

@@ -12,21 +12,29 @@ the server keeps serving. Every call that reaches the tool is recorded in the tr
 `session_id`; calls whose arguments do not match the input schema (no `query`, a non-string `query`) are answered by
 the SDK before the tool runs. In stdio mode nothing but protocol messages reaches stdout: logs go to stderr, and the
 standard output descriptor points at stderr while the pipeline loads (and, thanks to the SDK, while serving).
+
+Over HTTP the server binds to loopback. Any other address needs `allow_remote` (`--allow-remote`) *and* a bearer
+token in `LOOKUP_KNOWLEDGE_TOKEN`; with a token set, every request without `Authorization: Bearer <token>` (compared
+in constant time) gets 401, on loopback too. DNS-rebinding protection stays on: only loopback Host headers, the bind
+address and `allowed_hosts` (`--allowed-host`) are served.
 """
 
 from __future__ import annotations
 
+import hmac
+import json
 import logging as stdlib_logging
 import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from haystack import logging
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
@@ -48,6 +56,8 @@ logger = logging.getLogger(__name__)
 SERVER_NAME = "lookup-knowledge"
 HTTP_PATH = "/mcp"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+AUTH_ENV = "LOOKUP_KNOWLEDGE_TOKEN"
+_LOOPBACK_HOST_HEADERS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
 
 SERVER_INSTRUCTIONS = (
     "Evidence-first knowledge lookup. Call lookup_knowledge before answering questions about the knowledge base; "
@@ -109,12 +119,82 @@ def _stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
+class BearerTokenMiddleware:
+    """ASGI middleware: every HTTP request must carry `Authorization: Bearer <token>`, else a one-line JSON 401."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        """
+        Wrap an ASGI app.
+
+        :param app: The app.
+        :param token: The expected token.
+        """
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Serve one ASGI connection; lifespan events pass through."""
+        if scope["type"] == "http":
+            sent = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(sent, self._expected):
+                body = json.dumps({"error": "unauthorized", "detail": f"send Authorization: Bearer <{AUTH_ENV}>"})
+                headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
+                await send({"type": "http.response.start", "status": 401, "headers": headers})
+                await send({"type": "http.response.body", "body": body.encode()})
+                return
+        await self.app(scope, receive, send)
+
+
+def check_bind(host: str, allow_remote: bool, token: str | None) -> None:
+    """
+    Refuse to serve beyond loopback unless asked to, with a token.
+
+    :param host: The bind address.
+    :param allow_remote: The operator's explicit consent (`--allow-remote`).
+    :param token: The bearer token (`LOOKUP_KNOWLEDGE_TOKEN`).
+    :raises ValueError: If a non-loopback host lacks `allow_remote` or a token, with the fix.
+    """
+    if host in LOOPBACK_HOSTS:
+        return
+    if not allow_remote:
+        msg = f"--host {host} is not a loopback address; serving beyond this machine needs --allow-remote"
+        raise ValueError(msg)
+    if not token:
+        msg = f"--host {host} needs a bearer token: set {AUTH_ENV} (every request must then send it)"
+        raise ValueError(msg)
+
+
+def http_app(server: MCPServer, host: str, token: str | None = None, allowed_hosts: list[str] | None = None) -> Any:
+    """
+    The streamable-HTTP ASGI app: DNS-rebinding protection always on, the bearer token checked when set.
+
+    :param server: From `build_server`.
+    :param host: The bind address (served as a Host header too, unless it is a wildcard address).
+    :param token: The bearer token, or None (loopback only, see `check_bind`).
+    :param allowed_hosts: More Host header values to serve (`name` or `name:port`).
+    :returns: The ASGI app.
+    """
+    names = [h if ":" in h else f"{h}:*" for h in allowed_hosts or []]
+    if host not in (*LOOPBACK_HOSTS, "0.0.0.0", "::"):  # noqa: S104 - a wildcard is no Host header
+        names.append(f"{host}:*")
+    hosts = [*_LOOPBACK_HOST_HEADERS, *names]
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{h}" for h in hosts] + [f"https://{h}" for h in names],
+    )
+    app = server.streamable_http_app(streamable_http_path=HTTP_PATH, transport_security=security, host=host)
+    return BearerTokenMiddleware(app, token) if token else app
+
+
 def serve(
     transport: Literal["stdio", "http"] = "stdio",
     host: str = DEFAULT_MCP_HOST,
     port: int = DEFAULT_MCP_PORT,
     data_dir: str | Path | None = None,
     pipeline_path: str | Path | None = None,
+    allow_remote: bool = False,
+    allowed_hosts: list[str] | None = None,
 ) -> None:
     """
     Load the lookup pipeline once and serve `lookup_knowledge` until the client disconnects (stdio) or the process
@@ -126,7 +206,9 @@ def serve(
     :param data_dir: Data folder (else `LOOKUP_KNOWLEDGE_DATA_DIR`, else `./data`); `MILVUS_URI` and `TRACE_DB_URL`
         apply as everywhere.
     :param pipeline_path: The lookup pipeline YAML (default `pipelines.yaml`).
-    :raises ValueError: If `transport` is unknown or the pipeline file is not a pipeline.
+    :param allow_remote: Allow a non-loopback `host` (which then also needs `LOOKUP_KNOWLEDGE_TOKEN`).
+    :param allowed_hosts: More Host header values to serve over HTTP (e.g. the name clients use).
+    :raises ValueError: If `transport` is unknown, the pipeline file is not a pipeline, or the bind is refused.
     :raises FileNotFoundError: If the pipeline file does not exist.
     """
     if transport not in ("stdio", "http"):
@@ -142,19 +224,19 @@ def serve(
             tool = lookup_knowledge_tool(path, data_dir=data_dir)
         build_server(tool).run("stdio")
         return
+    token = os.environ.get(AUTH_ENV) or None
+    check_bind(host, allow_remote, token)  # before loading anything
     tool = lookup_knowledge_tool(path, data_dir=data_dir)
     server = build_server(tool, log_level="INFO")
-    if host not in LOOPBACK_HOSTS:
-        logger.warning(
-            "Serving {tool} on {host}, which is not a loopback address: the server has no authentication",
-            tool=TOOL_NAME,
-            host=host,
-        )
     logger.info(
-        "Serving {tool} over streamable HTTP at http://{host}:{port}{path}",
+        "Serving {tool} over streamable HTTP at http://{host}:{port}{path} (bearer token {auth})",
         tool=TOOL_NAME,
         host=host,
         port=port,
         path=HTTP_PATH,
+        auth="required" if token else "off: loopback only",
     )
-    server.run("streamable-http", host=host, port=port, streamable_http_path=HTTP_PATH)
+    import uvicorn
+
+    app = http_app(server, host, token, allowed_hosts)
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()

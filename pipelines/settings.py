@@ -47,8 +47,12 @@ class Deployment:
         :param milvus_uri: Milvus URI; else `MILVUS_URI`; else Milvus Lite at `<data_dir>/milvus.db`.
         :param trace_db_url: SQLAlchemy URL; else `TRACE_DB_URL`; else SQLite at `<data_dir>/traces.db`.
         :returns: The deployment.
+        :raises ValueError: If the data folder is an existing file.
         """
         folder = Path(data_dir or os.environ.get(DATA_DIR_ENV) or "data").resolve()
+        if folder.exists() and not folder.is_dir():
+            msg = f"data folder {folder} is a file, not a folder; point --data-dir (or {DATA_DIR_ENV}) at a folder"
+            raise ValueError(msg)
         uri = milvus_uri or os.environ.get(MILVUS_URI_ENV) or str(folder / "milvus.db")
         trace = trace_db_url or os.environ.get(TRACE_DB_URL_ENV) or f"sqlite:///{folder / 'traces.db'}"
         return cls(data_dir=folder, milvus_uri=uri, trace_db_url=trace)

@@ -24,7 +24,7 @@ from components.store.json_metadata_document_store import JsonMetadataMilvusDocu
 from components.store.knowledge_index import CachedKnowledgeIndex, IndexVersionCache
 from components.store.lexical import Bm25ChunkIndex, TermStatistics, lexical_text, tokenize
 from components.store.milvus_chunk_store import CollectionDescription, MilvusChunkStore
-from components.store.schema import SEMANTICS, CollectionSchema
+from components.store.schema import SEMANTICS, CollectionSchema, client_options
 
 logger = logging.getLogger(__name__)
 
@@ -357,7 +357,7 @@ class KnowledgeCollection:
     def _haystack_retriever(self) -> MilvusEmbeddingRetriever:
         self._require()
         s = self._schema
-        connection: dict[str, Any] = {"uri": self.uri}
+        connection: dict[str, Any] = {"uri": self.uri, **client_options(self.uri)}
         if self.token is not None and self.token.resolve_value():
             connection["token"] = self.token
         store = JsonMetadataMilvusDocumentStore(

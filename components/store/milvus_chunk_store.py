@@ -17,7 +17,7 @@ from haystack import logging
 from pymilvus import DataType, Function, FunctionType, MilvusClient, MilvusException
 
 from components.store.lexical import K1, LEXICAL_MAX_BYTES, B
-from components.store.schema import CollectionSchema, is_lite_uri, string_literal
+from components.store.schema import CollectionSchema, client_options, is_lite_uri, string_literal
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class MilvusChunkStore:
         if self._client is None:
             if is_lite_uri(self.uri):
                 Path(self.uri).parent.mkdir(parents=True, exist_ok=True)
-            kwargs: dict[str, Any] = {"uri": self.uri}
+            kwargs: dict[str, Any] = {"uri": self.uri, **client_options(self.uri)}
             if self._token:
                 kwargs["token"] = self._token
             self._client = MilvusClient(**kwargs)

@@ -10,7 +10,6 @@ and index are configurable, so a collection created by another tool with that sc
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -25,16 +24,27 @@ CROSSLINGUAL_META_KEY = "crosslingual_embedding"
 CROSSLINGUAL_DIMENSION = 512
 
 
+_LITERAL_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
 def string_literal(value: str) -> str:
-    """
+    r"""
     Quote a value as a Milvus expression string literal.
 
-    User text only ever reaches an expression through this function, so it is matched literally.
+    User text only ever reaches an expression through this function, so it is matched literally. Milvus' grammar
+    knows the escapes `\\`, `\"`, `\n`, `\r`, `\t` and no `\u`: those five are escaped, every other character
+    (control characters, emoji, any script) is passed as itself. A lone surrogate cannot travel over gRPC; it is
+    matched as its backslash escape, the form the trace store keeps.
 
     :param value: Any string.
     :returns: A double-quoted literal.
     """
-    return json.dumps(str(value), ensure_ascii=False)
+    text = str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+    return '"' + text.translate(_LITERAL_ESCAPES) + '"'
 
 
 def validate_metric(metric_type: str) -> None:
@@ -47,6 +57,22 @@ def validate_metric(metric_type: str) -> None:
     if metric_type not in METRICS:
         msg = f"metric_type={metric_type!r} is not supported; use one of {list(METRICS)}"
         raise ValueError(msg)
+
+
+#: gRPC options of a connection to Milvus Lite: its server keeps gRPC's default ping policy (one ping per 5 minutes
+#: without calls), so pymilvus' 10 s keep-alive pings get an idle connection dropped (GOAWAY too_many_pings) after
+#: about half a minute; a local server needs no keep-alive
+LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 600_000, "grpc.keepalive_permit_without_calls": 0}
+
+
+def client_options(uri: str) -> dict[str, Any]:
+    """
+    Extra `MilvusClient` arguments for a URI (Milvus Lite: `LITE_GRPC_OPTIONS`).
+
+    :param uri: A Milvus URI.
+    :returns: Keyword arguments for `MilvusClient`.
+    """
+    return {"grpc_options": dict(LITE_GRPC_OPTIONS)} if is_lite_uri(uri) else {}
 
 
 def is_lite_uri(uri: str) -> bool:

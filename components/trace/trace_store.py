@@ -172,7 +172,7 @@ class TraceStore:
             if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
                 Path(url.database).parent.mkdir(parents=True, exist_ok=True)
             engine = create_engine(self.database_url, pool_pre_ping=True, connect_args=self._connect_args())
-            if not self._migrated:  # once per store: a reconnect after an outage must not pay for it again
+            if not self._migrated:
                 try:
                     migrate.upgrade(engine)
                 except Exception:
@@ -199,6 +199,7 @@ class TraceStore:
             seconds=self.retry_after_s,
         )
         self._down_until = time.monotonic() + self.retry_after_s
+        self._migrated = False  # a database that was replaced meanwhile gets its table again on reconnect
         self.close()
 
     def write(self, row: ToolInvocation) -> int | None:

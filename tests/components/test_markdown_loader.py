@@ -13,12 +13,27 @@ class TestMarkdownKnowledgeLoader:
         assert MarkdownKnowledgeLoader().root == "knowledge"
         with pytest.raises(ValueError, match="root=''"):
             MarkdownKnowledgeLoader(root="")
+        for kwargs, match in (
+            ({"max_file_bytes": 0}, "max_file_bytes=0"),
+            ({"max_frontmatter_bytes": -1}, "max_frontmatter_bytes=-1"),
+            ({"max_frontmatter_aliases": -1}, "max_frontmatter_aliases=-1"),
+        ):
+            with pytest.raises(ValueError, match=match):
+                MarkdownKnowledgeLoader(**kwargs)
 
     def test_to_dict_from_dict(self):
-        loader = MarkdownKnowledgeLoader(root="kb")
+        loader = MarkdownKnowledgeLoader(
+            root="kb", max_file_bytes=1000, max_frontmatter_bytes=100, max_frontmatter_aliases=0
+        )
         data = component_to_dict(loader, "loader")
-        assert data["init_parameters"] == {"root": "kb"}
-        assert component_from_dict(MarkdownKnowledgeLoader, data, "loader").root == "kb"
+        assert data["init_parameters"] == {
+            "root": "kb",
+            "max_file_bytes": 1000,
+            "max_frontmatter_bytes": 100,
+            "max_frontmatter_aliases": 0,
+        }
+        restored = component_from_dict(MarkdownKnowledgeLoader, data, "loader")
+        assert (restored.root, restored.max_file_bytes, restored.max_frontmatter_aliases) == ("kb", 1000, 0)
 
     def test_run_loads_frontmatter_and_body(self, tiny_kb: Path):
         result = MarkdownKnowledgeLoader(root=str(tiny_kb)).run(sources=[str(tiny_kb / "payments/refund.md")])
@@ -68,6 +83,16 @@ class TestMarkdownKnowledgeLoader:
         failures = {f["source"]: f["reason"] for f in result["failures"]}
         assert reason in failures["bad.md"]
         assert "No such file" in failures["missing.md"]
+
+    def test_caps_are_applied_per_file(self, tmp_path: Path):
+        (tmp_path / "big.md").write_text("# Big\n\n" + "x" * 2000, encoding="utf-8")
+        (tmp_path / "alias.md").write_text("---\na: &x 1\nb: *x\n---\n# A\n\nbody", encoding="utf-8")
+        loader = MarkdownKnowledgeLoader(root=str(tmp_path), max_file_bytes=1000, max_frontmatter_aliases=0)
+        result = loader.run(sources=[str(tmp_path / "big.md"), str(tmp_path / "alias.md")])
+        reasons = {f["source"]: f["reason"] for f in result["failures"]}
+        assert "over the 1000-byte cap" in reasons["big.md"]
+        assert "1 YAML aliases, over the cap of 0" in reasons["alias.md"]
+        assert MarkdownKnowledgeLoader(root=str(tmp_path)).run(sources=[str(tmp_path / "alias.md")])["documents"]
 
     def test_empty_input_gives_empty_output(self):
         assert MarkdownKnowledgeLoader().run(sources=[]) == {"documents": [], "failures": []}

@@ -98,3 +98,15 @@ class TestCli:
         assert main(["trace", "replay", "--data-dir", str(data)]) == 0
         assert "0 rows stored" in capsys.readouterr().out
         assert main(["trace", "show", "99999", "--data-dir", str(data)]) == 2
+
+    def test_a_data_dir_that_is_a_file_is_refused_in_one_line(self, tmp_path, capsys):
+        blocker = tmp_path / "data"
+        blocker.write_text("not a folder")
+        assert main(["ask", "disk full", "--data-dir", str(blocker)]) == 2
+        assert "is a file, not a folder" in capsys.readouterr().err
+
+    def test_trace_browsing_creates_nothing_where_nothing_was_recorded(self, tmp_path, capsys):
+        missing = tmp_path / "never"
+        assert main(["trace", "list", "--data-dir", str(missing)]) == 2
+        assert "nothing was recorded" in capsys.readouterr().err
+        assert not missing.exists()

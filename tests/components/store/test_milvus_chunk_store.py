@@ -52,3 +52,15 @@ class TestMilvusChunkStore:
         with pytest.raises(MilvusException):
             store.search([1.0, 0.0, 0.0, 0.0], 2)
         assert len(calls) == 1
+
+    def test_lite_connections_send_no_idle_keepalive_pings(self, tmp_path, monkeypatch):
+        """Milvus Lite's server drops a connection that pings every 10 s while idle (GOAWAY too_many_pings)."""
+        import components.store.milvus_chunk_store as module
+
+        seen: list[dict] = []
+        monkeypatch.setattr(module, "MilvusClient", lambda **kwargs: seen.append(kwargs) or object())
+        MilvusChunkStore(str(tmp_path / "m.db"), CollectionSchema("c", dimension=4)).client  # noqa: B018
+        MilvusChunkStore("http://127.0.0.1:19530", CollectionSchema("c", dimension=4)).client  # noqa: B018
+        assert seen[0]["grpc_options"]["grpc.keepalive_permit_without_calls"] == 0
+        assert seen[0]["grpc_options"]["grpc.keepalive_time_ms"] >= 300_000  # the server's minimum ping interval
+        assert "grpc_options" not in seen[1]

@@ -1,0 +1,131 @@
+"""Several processes on one knowledge base, through one Milvus Lite server on 127.0.0.1 (`milvus-lite server`)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipelines import load_pipeline, lookup
+from tests.conftest import write_tiny_kb
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+QUESTION = "disk usage above 90 percent on a node"
+
+pytestmark = pytest.mark.integration
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _cli(*args: str, uri: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MILVUS_URI": uri}
+    command = [sys.executable, "-m", "pipelines.cli", *args]
+    return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture
+def lite_server(tmp_path) -> Iterator[str]:
+    """`milvus-lite server` on a free loopback port: the one process that opens the data; everyone else connects."""
+    port = _free_port()
+    command = [
+        str(Path(sys.executable).parent / "milvus-lite"),
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(tmp_path / "milvus"),
+    ]
+    log = (tmp_path / "lite.log").open("w")
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (tmp_path / "lite.log").read_text()
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "milvus-lite server did not listen"
+                time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+
+
+def _version_of_blocks(result: dict) -> set[str]:
+    return {b["content"].split("Runbook v", 1)[1][:1] for b in result["evidenceBlocks"] if "Runbook v" in b["content"]}
+
+
+class TestSeveralProcesses:
+    def test_index_and_lookups_in_several_processes_share_one_server_with_full_text_search(self, lite_server, tmp_path):
+        kb = write_tiny_kb(tmp_path / "knowledge")
+        data = str(tmp_path / "data")
+        indexed = _cli("index", "--knowledge", str(kb), "--data-dir", data, "--json", uri=lite_server)
+        assert indexed.returncode == 0, indexed.stderr
+        assert '"bm25": "milvus"' in indexed.stdout  # the server tier has full-text search
+        pipeline = load_pipeline(data_dir=data, milvus_uri=lite_server)  # this process stays connected
+        assert lookup(pipeline, QUESTION)["evidenceStatus"] == "evidence"
+        asked = _cli("ask", QUESTION, "--data-dir", data, "--json", uri=lite_server)  # a second process meanwhile
+        assert asked.returncode == 0 and '"evidenceStatus": "evidence"' in asked.stdout, asked.stderr
+        again = _cli("index", "--knowledge", str(kb), "--data-dir", data, "--json", uri=lite_server)
+        assert again.returncode == 0 and '"skipped": 3' in again.stdout, again.stderr
+
+    def test_lookups_during_a_reindex_see_the_old_or_the_new_version_never_a_mix(self, lite_server, tmp_path):
+        kb = write_tiny_kb(tmp_path / "knowledge")
+        disk = kb / "alerts" / "disk.md"
+        text = disk.read_text(encoding="utf-8")
+        disk.write_text(_versioned(text, 1), encoding="utf-8")
+        data = str(tmp_path / "data")
+        assert _cli("index", "--knowledge", str(kb), "--data-dir", data, uri=lite_server).returncode == 0
+        pipeline = load_pipeline(data_dir=data, milvus_uri=lite_server)
+        disk.write_text(_versioned(text, 2), encoding="utf-8")
+        results: list[dict] = []
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def look() -> None:
+            while not stop.is_set():
+                try:
+                    results.append(lookup(pipeline, QUESTION))
+                except BaseException as err:  # shown by the assertion below
+                    errors.append(err)
+
+        threads = [threading.Thread(target=look) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        try:
+            reindex = _cli("index", "--knowledge", str(kb), "--data-dir", data, uri=lite_server)
+            time.sleep(2)  # a few lookups after the switch
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+        assert reindex.returncode == 0, reindex.stderr
+        assert errors == [] and results
+        assert all(r["evidenceStatus"] == "evidence" for r in results), {r["evidenceStatus"] for r in results}
+        versions = [_version_of_blocks(r) for r in results]
+        assert all(len(v) <= 1 for v in versions), "a result mixed versions of one document"
+        assert {"1", "2"} >= set().union(*versions)
+        assert _version_of_blocks(lookup(pipeline, QUESTION)) == {"2"}
+
+
+def _versioned(text: str, version: int) -> str:
+    """Every section of the document names its version, so a result that mixes versions shows it."""
+    for heading in ("## Diagnosis\n", "## Remediation\n"):
+        text = text.replace(heading, f"{heading}\nRunbook v{version}.\n")
+    return text
