@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipelines.settings import DEFAULT_MCP_HOST, DEFAULT_MCP_PORT, Deployment
+from pipelines.settings import DEFAULT_MCP_HOST, DEFAULT_MCP_PORT, Deployment, KnowledgeBaseBusyError, check_lite_free
 
 
 def _print_index_summary(summary: dict, deployment: Deployment) -> None:
@@ -51,6 +51,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     from pipelines.indexing import KnowledgeIndexer
 
     deployment = Deployment.resolve(args.data_dir)
+    check_lite_free(deployment.milvus_uri)
     indexer = KnowledgeIndexer(deployment)
     try:
         summary = indexer.index(args.knowledge, rebuild=args.rebuild, progress=not args.quiet).as_dict()
@@ -89,6 +90,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from pipelines import load_pipeline, lookup
     from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
 
+    check_lite_free(Deployment.resolve(args.data_dir).milvus_uri)
     pipeline = load_pipeline(args.pipeline or DEFAULT_LOOKUP_PIPELINE, data_dir=args.data_dir)
     result = lookup(pipeline, args.query, session_id=args.session)
     if args.json:
@@ -162,6 +164,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from pipelines.mcp_server import serve
 
+    check_lite_free(Deployment.resolve(args.data_dir).milvus_uri)
     with contextlib.suppress(KeyboardInterrupt):
         serve(
             args.transport,
@@ -321,6 +324,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as err:
         print(f"lookup-knowledge: {err}", file=sys.stderr)
         return 2
+    except KnowledgeBaseBusyError as err:
+        print(f"lookup-knowledge: {err}", file=sys.stderr)
+        return 1
     except Exception as err:
         print(f"lookup-knowledge: internal error: {type(err).__name__}: {err}", file=sys.stderr)
         return 1

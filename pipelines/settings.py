@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,44 @@ DEFAULT_INDEXING_PIPELINE = Path(__file__).resolve().parent / "indexing.yaml"
 ALLOWED_MODULES = ["components", "pipelines"]
 DEFAULT_MCP_HOST = "127.0.0.1"  # loopback unless the operator says otherwise
 DEFAULT_MCP_PORT = 8765
+
+
+def _opened_here(milvus_uri: str) -> bool:
+    """Whether this process already runs the folder's Milvus Lite server (its lock is then ours)."""
+    manager = sys.modules.get("milvus_lite.server_manager")
+    servers = getattr(getattr(manager, "server_manager_instance", None), "_servers", {})
+    return os.path.abspath(milvus_uri) in servers
+
+
+class KnowledgeBaseBusyError(RuntimeError):
+    """The Milvus Lite data of a deployment is open in another process."""
+
+
+def check_lite_free(milvus_uri: str) -> None:
+    """
+    Fail fast, in one line, when another process holds a Milvus Lite data folder (Lite opens it in one process only).
+
+    :param milvus_uri: The deployment's Milvus URI; servers (`http://...`) are never busy this way.
+    :raises KnowledgeBaseBusyError: If the folder's lock is held, with what to do.
+    """
+    lock = Path(milvus_uri) / "LOCK"
+    if "://" in milvus_uri or not lock.is_file() or _opened_here(milvus_uri):
+        return
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: Milvus Lite reports it itself
+        return
+    with lock.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            msg = (
+                f"the knowledge base {milvus_uri} is open in another process (a running serve, index or ask); "
+                f"wait for it, or share it: milvus-lite server --host 127.0.0.1 --port 19530 --data-dir "
+                f"{milvus_uri} and MILVUS_URI=http://127.0.0.1:19530 for every command"
+            )
+            raise KnowledgeBaseBusyError(msg) from None
+        fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)
