@@ -15,17 +15,12 @@ import pytest
 
 from pipelines import load_pipeline, lookup
 from tests.conftest import write_tiny_kb
+from tests.postgres_server import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "disk usage above 90 percent on a node"
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _cli(*args: str, uri: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -37,7 +32,7 @@ def _cli(*args: str, uri: str, timeout: float = 300) -> subprocess.CompletedProc
 @pytest.fixture
 def lite_server(tmp_path) -> Iterator[str]:
     """`milvus-lite server` on a free loopback port: the one process that opens the data; everyone else connects."""
-    port = _free_port()
+    port = free_port()
     command = [
         str(Path(sys.executable).parent / "milvus-lite"),
         "server",
