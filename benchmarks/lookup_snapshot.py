@@ -19,14 +19,15 @@ from typing import Any
 from pipelines import load_pipeline, lookup
 from pipelines.evaluation import load_eval_set
 
-_RUN_DEPENDENT = {"traceId", "latencyMs", "started_at"}
+RUN_DEPENDENT = {"traceId", "latencyMs", "started_at"}
 
 
-def _stable(value: Any) -> Any:
+def stable(value: Any) -> Any:
+    """`value` without its run-dependent fields (trace id, latencies), at any depth: what two runs can compare."""
     if isinstance(value, dict):
-        return {k: _stable(v) for k, v in value.items() if k not in _RUN_DEPENDENT}
+        return {k: stable(v) for k, v in value.items() if k not in RUN_DEPENDENT}
     if isinstance(value, list):
-        return [_stable(v) for v in value]
+        return [stable(v) for v in value]
     return value
 
 
@@ -41,7 +42,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as traces:  # never add rows to the data folder's own trace database
         kwargs: dict[str, Any] = {"data_dir": args.data_dir, "trace_db_url": f"sqlite:///{traces}/traces.db"}
         pipeline = load_pipeline(args.pipeline, **kwargs) if args.pipeline else load_pipeline(**kwargs)
-        results = {q.qid: _stable(lookup(pipeline, q.query)) for q in queries}
+        results = {q.qid: stable(lookup(pipeline, q.query)) for q in queries}
     Path(args.out).write_text(json.dumps(results, ensure_ascii=False, indent=1, sort_keys=True) + "\n", "utf-8")
     print(f"{len(results)} lookups written to {args.out}")
 

@@ -23,19 +23,39 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from components.trace.trace_store import TraceStore
+from components.trace.trace_store import ToolInvocation, TraceStore
 from pipelines import load_pipeline, lookup
 from pipelines.indexing import KnowledgeIndexer
 from pipelines.settings import REPO_ROOT, Deployment
 
 
-def run(threads: int, lookups: int, url: str, root: Path) -> dict[str, Any]:
-    kb = REPO_ROOT / "knowledge"
-    queries = [json.loads(line)["query"] for line in (kb / "eval.jsonl").read_text(encoding="utf-8").splitlines()]
+def eval_queries() -> list[str]:
+    """The questions of `knowledge/eval.jsonl`, in file order."""
+    lines = (REPO_ROOT / "knowledge" / "eval.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line)["query"] for line in lines]
+
+
+def index_knowledge(root: Path, url: str) -> Deployment:
+    """Index `knowledge/` into `root/data`; the deployment, recording into `url`."""
     deployment = Deployment.resolve(root / "data", trace_db_url=url)
     indexer = KnowledgeIndexer(deployment)
-    indexer.index(kb, progress=False)
+    indexer.index(REPO_ROOT / "knowledge", progress=False)
     indexer.close()
+    return deployment
+
+
+def stored_rows(url: str, spool_path: Path) -> list[ToolInvocation]:
+    """Every trace row of `url`, after replaying what the spool at `spool_path` holds."""
+    store = TraceStore(url, spool_path=str(spool_path))
+    store.replay()
+    stored = store.list(limit=10**7)
+    store.close()
+    return stored
+
+
+def run(threads: int, lookups: int, url: str, root: Path) -> dict[str, Any]:
+    queries = eval_queries()
+    deployment = index_knowledge(root, url)
     pipeline = load_pipeline(data_dir=deployment.data_dir, trace_db_url=url)
     results: dict[str, list[dict[str, Any]]] = defaultdict(list)
     errors: list[str] = []
@@ -60,10 +80,7 @@ def run(threads: int, lookups: int, url: str, root: Path) -> dict[str, Any]:
         thread.join()
     seconds = time.perf_counter() - started
     calls = [r for answers in results.values() for r in answers]
-    store = TraceStore(url, spool_path=str(deployment.spool_path))
-    store.replay()
-    stored = store.list(limit=10**7)
-    store.close()
+    stored = stored_rows(url, deployment.spool_path)
     twice = [
         session
         for session, answers in results.items()

@@ -3,9 +3,10 @@ from __future__ import annotations
 from typing import Any
 
 from haystack import Document, component, logging
+from haystack.utils import Secret
 
 from components.trace.safe_text import safe_text
-from components.trace.trace_store import TraceStore
+from components.trace.trace_store import PASSWORD_ENV, TraceStore
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ class SessionEvidenceFilter:
         database_url: str = "sqlite:///data/traces.db",
         spool_path: str | None = "data/trace_spool.jsonl",
         timeout_s: float = 0.5,
+        database_password: Secret | None = Secret.from_env_var(PASSWORD_ENV, strict=False),  # noqa: B008 - Haystack's idiom
     ) -> None:
         """
         Create the filter.
@@ -41,6 +43,8 @@ class SessionEvidenceFilter:
         :param database_url: The trace database (SQLAlchemy URL).
         :param spool_path: The trace spool file, whose rows also count.
         :param timeout_s: Longest wait for a locked or slow trace database.
+        :param database_password: The database password as a Haystack `Secret` (by default the `TRACE_DB_PASSWORD`
+            environment variable; a password written into `database_url` works too, but is part of the configuration).
         :raises ValueError: If `database_url` is empty.
         """
         if not database_url:
@@ -49,7 +53,8 @@ class SessionEvidenceFilter:
         self.database_url = database_url
         self.spool_path = spool_path
         self.timeout_s = timeout_s
-        self._store = TraceStore(database_url, spool_path, timeout_s=timeout_s)
+        self.database_password = database_password
+        self._store = TraceStore(database_url, spool_path, timeout_s=timeout_s, password=database_password)
 
     def close(self) -> None:
         """Release the database connection."""

@@ -4,10 +4,11 @@ import time
 from typing import Any
 
 from haystack import component, logging
+from haystack.utils import Secret
 
 from components.core.lookup_result import LookupResult
 from components.trace.safe_text import safe_text
-from components.trace.trace_store import ToolInvocation, TraceStore
+from components.trace.trace_store import PASSWORD_ENV, ToolInvocation, TraceStore
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class TraceRecorder:
         max_query_chars: int = 2000,
         timeout_s: float = 0.5,
         retry_after_s: float = 5.0,
+        database_password: Secret | None = Secret.from_env_var(PASSWORD_ENV, strict=False),  # noqa: B008 - Haystack's idiom
     ) -> None:
         """
         Create the recorder; the database is connected on first use.
@@ -54,6 +56,8 @@ class TraceRecorder:
         :param max_query_chars: Longest query text stored (a rejected 1 MB query is stored cut).
         :param timeout_s: Longest wait for a locked or slow trace database before the row is spooled.
         :param retry_after_s: After a failed write, how long rows go straight to the spool.
+        :param database_password: The database password as a Haystack `Secret` (by default the `TRACE_DB_PASSWORD`
+            environment variable; a password written into `database_url` works too, but is part of the configuration).
         :raises ValueError: If `database_url` or `tool_name` is empty, or a number is out of range.
         """
         if not database_url or not tool_name:
@@ -72,7 +76,10 @@ class TraceRecorder:
         self.max_query_chars = max_query_chars
         self.timeout_s = timeout_s
         self.retry_after_s = retry_after_s
-        self._store = TraceStore(database_url, spool_path, timeout_s=timeout_s, retry_after_s=retry_after_s)
+        self.database_password = database_password
+        self._store = TraceStore(
+            database_url, spool_path, timeout_s=timeout_s, retry_after_s=retry_after_s, password=database_password
+        )
 
     @property
     def store(self) -> TraceStore:

@@ -268,9 +268,7 @@ class LookupKnowledgeTool(PipelineTool):
             query = ""
         if session_id is not None and not isinstance(session_id, str):
             session_id = str(session_id)
-        with self._lock:
-            # `lookup`, not PipelineTool's own call: a component that raises is recorded as an `error` row too
-            output = {"result": lookup(self._pipeline, query, session_id=session_id)}
+        output = {"result": self.lookup_result(query, session_id=session_id)}
         raise_for_status(output["result"])
         return output
 
@@ -283,6 +281,25 @@ class LookupKnowledgeTool(PipelineTool):
         :raises LookupToolError: For `invalid_query` and `error` results.
         """
         return await asyncio.to_thread(self._invoke, **kwargs)
+
+    @property
+    def pipeline(self) -> Pipeline:
+        """The lookup pipeline this tool runs (read it, e.g. for its collection; run it only through the tool)."""
+        return self._pipeline
+
+    def lookup_result(self, query: Any, session_id: str | None = None) -> dict[str, Any]:
+        """
+        One call, serialized with every other call through this tool: the full `LookupResult`, never raising.
+
+        The REST routes (`pipelines.rest_api`) use this: they need the whole result, rejected and failed ones included.
+
+        :param query: The query (a non-string is rejected by the query transformer, and recorded).
+        :param session_id: The caller's session.
+        :returns: The camelCase `LookupResult` JSON (with `traceId`); the call is recorded.
+        """
+        with self._lock:
+            # `lookup`, not PipelineTool's own call: a component that raises is recorded as an `error` row too
+            return lookup(self._pipeline, query, session_id=session_id)
 
     def lookup(self, query: str, session_id: str | None = None) -> dict[str, Any]:
         """

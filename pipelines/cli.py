@@ -246,8 +246,16 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--until", default=None, help="only rows created before this ISO time")
     trace.set_defaults(func=cmd_trace)
 
-    serve_p = sub.add_parser("serve", help="serve lookup_knowledge over MCP (stdio or streamable HTTP)")
-    serve_p.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
+    serve_p = sub.add_parser(
+        "serve",
+        help="serve lookup_knowledge over MCP (stdio, or HTTP: /mcp plus REST /lookup, Dify /retrieval, /health)",
+    )
+    serve_p.add_argument(
+        "--transport",
+        choices=["stdio", "http"],
+        default="stdio",
+        help="default: stdio; http also serves the REST routes",
+    )
     serve_p.add_argument("--host", default=DEFAULT_MCP_HOST, help=f"HTTP bind address (default: {DEFAULT_MCP_HOST})")
     serve_p.add_argument("--port", type=int, default=DEFAULT_MCP_PORT, help=f"HTTP port (default: {DEFAULT_MCP_PORT})")
     serve_p.add_argument("--data-dir", default=None, help="data folder (default: ./data or LOOKUP_KNOWLEDGE_DATA_DIR)")

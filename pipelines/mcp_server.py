@@ -17,6 +17,10 @@ Over HTTP the server binds to loopback. Any other address needs `allow_remote` (
 token in `LOOKUP_KNOWLEDGE_TOKEN`; with a token set, every request without `Authorization: Bearer <token>` (compared
 in constant time) gets 401, on loopback too. DNS-rebinding protection stays on: only loopback Host headers, the bind
 address and `allowed_hosts` (`--allowed-host`) are served.
+
+The same HTTP server also serves the REST routes of `pipelines.rest_api` (`POST /lookup`, Dify's `POST /retrieval`,
+`GET /health`, `GET /openapi.json`) on the same tool, under the same Host check and token (`/retrieval` answers a
+missing or wrong token in Dify's shape, 403).
 """
 
 from __future__ import annotations
@@ -37,6 +41,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent
 from pydantic import Field
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 
 from pipelines.agent_tool import (
     TOOL_DESCRIPTION,
@@ -47,9 +55,10 @@ from pipelines.agent_tool import (
     compact_result_json,
     lookup_knowledge_tool,
 )
+from pipelines.rest_api import RETRIEVAL_PATH, KnowledgeService, rest_routes
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, DEFAULT_MCP_HOST, DEFAULT_MCP_PORT
 
-__all__ = ["build_server", "serve"]
+__all__ = ["build_server", "http_app", "serve", "transport_security"]
 
 logger = logging.getLogger(__name__)
 
@@ -122,19 +131,22 @@ def _stdout_to_stderr() -> Iterator[None]:
 class BearerTokenMiddleware:
     """ASGI middleware: every HTTP request must carry `Authorization: Bearer <token>`, else a one-line JSON 401."""
 
-    def __init__(self, app: Any, token: str) -> None:
+    def __init__(self, app: Any, token: str, exempt_paths: tuple[str, ...] = ()) -> None:
         """
         Wrap an ASGI app.
 
         :param app: The app.
         :param token: The expected token.
+        :param exempt_paths: Paths whose route checks the token itself (Dify's `/retrieval`, to answer in Dify's
+            error shape).
         """
         self.app = app
         self._expected = f"Bearer {token}".encode()
+        self._exempt = exempt_paths
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """Serve one ASGI connection; lifespan events pass through."""
-        if scope["type"] == "http":
+        if scope["type"] == "http" and scope.get("path") not in self._exempt:
             sent = dict(scope.get("headers") or []).get(b"authorization", b"")
             if not hmac.compare_digest(sent, self._expected):
                 body = json.dumps({"error": "unauthorized", "detail": f"send Authorization: Bearer <{AUTH_ENV}>"})
@@ -164,27 +176,63 @@ def check_bind(host: str, allow_remote: bool, token: str | None) -> None:
         raise ValueError(msg)
 
 
-def http_app(server: MCPServer, host: str, token: str | None = None, allowed_hosts: list[str] | None = None) -> Any:
+def transport_security(host: str, allowed_hosts: list[str] | None = None) -> TransportSecuritySettings:
     """
-    The streamable-HTTP ASGI app: DNS-rebinding protection always on, the bearer token checked when set.
+    DNS-rebinding protection: the Host (and Origin) headers served, for `/mcp` and the REST routes alike.
 
-    :param server: From `build_server`.
     :param host: The bind address (served as a Host header too, unless it is a wildcard address).
-    :param token: The bearer token, or None (loopback only, see `check_bind`).
     :param allowed_hosts: More Host header values to serve (`name` or `name:port`).
-    :returns: The ASGI app.
+    :returns: The settings (protection on).
     """
     names = [h if ":" in h else f"{h}:*" for h in allowed_hosts or []]
     if host not in (*LOOPBACK_HOSTS, "0.0.0.0", "::"):  # noqa: S104 - a wildcard is no Host header
         names.append(f"{host}:*")
     hosts = [*_LOOPBACK_HOST_HEADERS, *names]
-    security = TransportSecuritySettings(
+    return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=hosts,
         allowed_origins=[f"http://{h}" for h in hosts] + [f"https://{h}" for h in names],
     )
-    app = server.streamable_http_app(streamable_http_path=HTTP_PATH, transport_security=security, host=host)
-    return BearerTokenMiddleware(app, token) if token else app
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Unknown path, wrong method: one line of JSON like every other refusal."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    word = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")
+    detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
+    return JSONResponse({"error": word, "detail": f"{request.method} {request.url.path}: {detail}"}, status)
+
+
+def http_app(
+    server: MCPServer,
+    host: str,
+    token: str | None = None,
+    allowed_hosts: list[str] | None = None,
+    service: KnowledgeService | None = None,
+) -> Any:
+    """
+    The HTTP ASGI app: streamable HTTP at `/mcp` and, given a service, the REST routes beside it (one Starlette app,
+    one lifespan: the MCP session manager's). DNS-rebinding protection always on, the bearer token checked when set.
+
+    :param server: From `build_server`.
+    :param host: The bind address (served as a Host header too, unless it is a wildcard address).
+    :param token: The bearer token, or None (loopback only, see `check_bind`).
+    :param allowed_hosts: More Host header values to serve (`name` or `name:port`).
+    :param service: The REST routes' service on the same tool (`pipelines.rest_api.KnowledgeService`); None serves
+        `/mcp` only.
+    :returns: The ASGI app.
+    """
+    security = transport_security(host, allowed_hosts)
+    mcp_app = server.streamable_http_app(streamable_http_path=HTTP_PATH, transport_security=security, host=host)
+    routes = rest_routes(service, security, token) if service is not None else []
+    # the MCP app's own routes (it has no middleware without the SDK's OAuth) and its lifespan, which runs the
+    # session manager: a Mount would hand unknown paths to the inner app's plain-text 404
+    app = Starlette(
+        routes=[*routes, *mcp_app.routes],
+        lifespan=mcp_app.router.lifespan_context,
+        exception_handlers={HTTPException: _http_error},
+    )
+    return BearerTokenMiddleware(app, token, exempt_paths=(RETRIEVAL_PATH,) if routes else ()) if token else app
 
 
 def serve(
@@ -200,7 +248,8 @@ def serve(
     Load the lookup pipeline once and serve `lookup_knowledge` until the client disconnects (stdio) or the process
     is stopped (http).
 
-    :param transport: `stdio` (for a client that starts the server) or `http` (streamable HTTP at `/mcp`).
+    :param transport: `stdio` (for a client that starts the server) or `http` (streamable HTTP at `/mcp`, and the
+        REST routes of `pipelines.rest_api`).
     :param host: HTTP bind address; loopback by default.
     :param port: HTTP port.
     :param data_dir: Data folder (else `LOOKUP_KNOWLEDGE_DATA_DIR`, else `./data`); `MILVUS_URI` and `TRACE_DB_URL`
@@ -229,7 +278,8 @@ def serve(
     tool = lookup_knowledge_tool(path, data_dir=data_dir)
     server = build_server(tool, log_level="INFO")
     logger.info(
-        "Serving {tool} over streamable HTTP at http://{host}:{port}{path} (bearer token {auth})",
+        "Serving {tool} over streamable HTTP at http://{host}:{port}{path}, REST at /lookup, /retrieval (Dify), "
+        "/health, /openapi.json (bearer token {auth})",
         tool=TOOL_NAME,
         host=host,
         port=port,
@@ -238,5 +288,5 @@ def serve(
     )
     import uvicorn
 
-    app = http_app(server, host, token, allowed_hosts)
+    app = http_app(server, host, token, allowed_hosts, service=KnowledgeService(tool))
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()

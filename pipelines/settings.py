@@ -57,6 +57,21 @@ def check_lite_free(milvus_uri: str) -> None:
         fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+#: the files the project writes into a data folder
+DATA_FILES = ("milvus.db", "traces.db", "trace_spool.jsonl", "knowledge_index.json")
+
+
+def _refuse_links_out(folder: Path) -> None:
+    """Refuse a data file that is a symbolic link leaving the folder: writing it would write somewhere else."""
+    for name in DATA_FILES:
+        path = folder / name
+        if path.is_symlink() and not path.resolve().is_relative_to(folder):
+            msg = (
+                f"{path} is a link to {path.resolve()}, outside the data folder; remove the link or use another folder"
+            )
+            raise ValueError(msg)
+
+
 @dataclass(frozen=True)
 class Deployment:
     """The resolved locations of one deployment: its data folder, Milvus URI and trace database URL."""
@@ -86,12 +101,14 @@ class Deployment:
         :param milvus_uri: Milvus URI; else `MILVUS_URI`; else Milvus Lite at `<data_dir>/milvus.db`.
         :param trace_db_url: SQLAlchemy URL; else `TRACE_DB_URL`; else SQLite at `<data_dir>/traces.db`.
         :returns: The deployment.
-        :raises ValueError: If the data folder is an existing file.
+        :raises ValueError: If the data folder is an existing file, or a file the project writes there is a link out
+            of it.
         """
         folder = Path(data_dir or os.environ.get(DATA_DIR_ENV) or "data").resolve()
         if folder.exists() and not folder.is_dir():
             msg = f"data folder {folder} is a file, not a folder; point --data-dir (or {DATA_DIR_ENV}) at a folder"
             raise ValueError(msg)
+        _refuse_links_out(folder)
         uri = milvus_uri or os.environ.get(MILVUS_URI_ENV) or str(folder / "milvus.db")
         trace = trace_db_url or os.environ.get(TRACE_DB_URL_ENV) or f"sqlite:///{folder / 'traces.db'}"
         return cls(data_dir=folder, milvus_uri=uri, trace_db_url=trace)

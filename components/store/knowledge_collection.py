@@ -17,13 +17,14 @@ from haystack import Document, default_from_dict, default_to_dict, logging
 from haystack.utils import Secret
 from haystack.utils.filters import document_matches_filter
 from milvus_haystack import MilvusEmbeddingRetriever
+from pymilvus import MilvusException
 
 from components.core.scores import normalized_similarity, raw_from_normalized
 from components.store.collection_statistics import CollectionStatistics, compute_statistics
 from components.store.json_metadata_document_store import JsonMetadataMilvusDocumentStore, json_filter_expression
 from components.store.knowledge_index import CachedKnowledgeIndex, IndexVersionCache
 from components.store.lexical import Bm25ChunkIndex, TermStatistics, lexical_text, tokenize
-from components.store.milvus_chunk_store import CollectionDescription, MilvusChunkStore
+from components.store.milvus_chunk_store import NOT_LOADED, CollectionDescription, MilvusChunkStore
 from components.store.schema import SEMANTICS, CollectionSchema, client_options
 
 logger = logging.getLogger(__name__)
@@ -411,8 +412,16 @@ class KnowledgeCollection:
     def _search_haystack(self, vector: list[float], top_k: int, filters: dict[str, Any] | None) -> list[Document]:
         retriever = self._cache.get("haystack_retriever", self._haystack_retriever)
         metric = self._schema.metric_type
+        try:
+            found = retriever.run(query_embedding=vector, filters=filters, top_k=top_k)["documents"]
+        except MilvusException as err:
+            if err.code != NOT_LOADED:
+                raise
+            self.store.unload()  # a restarted server forgot that it was loaded
+            self.store.load()
+            found = retriever.run(query_embedding=vector, filters=filters, top_k=top_k)["documents"]
         out = []
-        for doc in retriever.run(query_embedding=vector, filters=filters, top_k=top_k)["documents"]:
+        for doc in found:
             similarity = float(doc.score or 0.0)
             meta = {
                 **doc.meta,

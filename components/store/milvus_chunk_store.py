@@ -36,6 +36,8 @@ for _name in ("pymilvus.client.iterator.query_iterator", "grpc._server"):
 _DELETE_BATCH = 500
 #: pymilvus raises code 2 ("Fail connecting to server") when the channel is gone
 _UNAVAILABLE = 2
+#: Milvus answers 101 ("collection ... is in state 'released'") when a restarted server has not loaded it again
+NOT_LOADED = 101
 # The terms are made by `components.store.lexical.tokenize` (English stems, Chinese character bigrams) and joined by
 # spaces, so Milvus only has to split on whitespace: its built-in analyzers alone measured worse
 # (benchmarks/milvus_analyzers.py: jieba nDCG@10 0.685 vs 0.728 on gitlab_handbook; `standard` cannot split Chinese).
@@ -102,13 +104,17 @@ class MilvusChunkStore:
 
     def _search(self, *args: Any, **kwargs: Any) -> Any:
         # a connection the server dropped (Milvus Lite's gRPC server answers bursts of keep-alive pings with
-        # GOAWAY, a restarted server has a new channel) is opened again once before the search counts as failed
+        # GOAWAY, a restarted server has a new channel) is opened again once before the search counts as failed;
+        # a restarted server has forgotten that the collection was loaded
         try:
             return self.client.search(*args, **kwargs)
         except MilvusException as err:
-            if err.code != _UNAVAILABLE:
+            if err.code == _UNAVAILABLE:
+                self.close()
+            elif err.code == NOT_LOADED:
+                self.unload()
+            else:
                 raise
-            self.close()
             self.load()
             return self.client.search(*args, **kwargs)
 

@@ -59,6 +59,16 @@ def validate_metric(metric_type: str) -> None:
         raise ValueError(msg)
 
 
+#: gRPC options of every connection: a server that went away and came back is reached again within a second. gRPC's
+#: default reconnect backoff grows to 120 s, and a new channel shares the old one's subchannel (and its backoff), so
+#: without these a restarted Milvus stays "connection refused" for minutes
+RECONNECT_GRPC_OPTIONS = {
+    "grpc.initial_reconnect_backoff_ms": 100,
+    "grpc.min_reconnect_backoff_ms": 100,
+    "grpc.max_reconnect_backoff_ms": 1_000,
+    "grpc.use_local_subchannel_pool": 1,
+}
+
 #: gRPC options of a connection to Milvus Lite: its server keeps gRPC's default ping policy (one ping per 5 minutes
 #: without calls), so pymilvus' 10 s keep-alive pings get an idle connection dropped (GOAWAY too_many_pings) after
 #: about half a minute; a local server needs no keep-alive
@@ -67,12 +77,13 @@ LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 600_000, "grpc.keepalive_permit_w
 
 def client_options(uri: str) -> dict[str, Any]:
     """
-    Extra `MilvusClient` arguments for a URI (Milvus Lite: `LITE_GRPC_OPTIONS`).
+    Extra `MilvusClient` arguments for a URI: `RECONNECT_GRPC_OPTIONS`, and `LITE_GRPC_OPTIONS` for Milvus Lite.
 
     :param uri: A Milvus URI.
     :returns: Keyword arguments for `MilvusClient`.
     """
-    return {"grpc_options": dict(LITE_GRPC_OPTIONS)} if is_lite_uri(uri) else {}
+    lite = LITE_GRPC_OPTIONS if is_lite_uri(uri) else {}
+    return {"grpc_options": {**RECONNECT_GRPC_OPTIONS, **lite}}
 
 
 def is_lite_uri(uri: str) -> bool:

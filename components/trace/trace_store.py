@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from haystack import logging
+from haystack.utils import Secret
 from sqlalchemy import JSON, Column, func, insert
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -68,6 +69,10 @@ class ToolInvocation(SQLModel, table=True):
     latency_ms: float = 0.0
     error: str | None = None
     retrieval_details: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+
+
+#: the environment variable the trace components read the database password from (a Haystack `Secret`)
+PASSWORD_ENV = "TRACE_DB_PASSWORD"  # noqa: S105 - a variable name, not a password
 
 
 def redact_url(url: str) -> str:
@@ -132,6 +137,7 @@ class TraceStore:
         spool_path: str | None = None,
         timeout_s: float = 0.5,
         retry_after_s: float = 5.0,
+        password: Secret | None = None,
     ) -> None:
         """
         Create the store; the database is connected on first use.
@@ -141,8 +147,10 @@ class TraceStore:
         :param timeout_s: Longest wait for a locked or slow database per statement (PostgreSQL connects within
             max(2 s, this), libpq's floor).
         :param retry_after_s: After a failure, how long writes go straight to the spool.
+        :param password: The database password, when it is not in the URL (resolved at the first connection).
         """
         self.database_url = database_url
+        self.password = password
         self.spool_path = Path(spool_path) if spool_path else None
         self.timeout_s = timeout_s
         self.retry_after_s = retry_after_s
@@ -171,7 +179,9 @@ class TraceStore:
             url = make_url(self.database_url)
             if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
                 Path(url.database).parent.mkdir(parents=True, exist_ok=True)
-            engine = create_engine(self.database_url, pool_pre_ping=True, connect_args=self._connect_args())
+            if self.password is not None and (password := self.password.resolve_value()):
+                url = url.set(password=password)
+            engine = create_engine(url, pool_pre_ping=True, connect_args=self._connect_args())
             if not self._migrated:
                 try:
                     migrate.upgrade(engine)

@@ -102,7 +102,12 @@ class TestSessionEvidenceFilter:
         data = component_to_dict(
             SessionEvidenceFilter(database_url=db_url, spool_path=spool, timeout_s=0.25), "session_filter"
         )
-        assert data["init_parameters"] == {"database_url": db_url, "spool_path": spool, "timeout_s": 0.25}
+        assert data["init_parameters"] == {
+            "database_url": db_url,
+            "spool_path": spool,
+            "timeout_s": 0.25,
+            "database_password": {"type": "env_var", "env_vars": ["TRACE_DB_PASSWORD"], "strict": False},
+        }
         restored = component_from_dict(SessionEvidenceFilter, data, "session_filter")
         assert (restored.database_url, restored.spool_path, restored.timeout_s) == (db_url, spool, 0.25)
 

@@ -134,6 +134,7 @@ class TestTraceRecorder:
             "max_query_chars": 500,
             "timeout_s": 0.2,
             "retry_after_s": 1,
+            "database_password": {"type": "env_var", "env_vars": ["TRACE_DB_PASSWORD"], "strict": False},
         }
         restored = component_from_dict(TraceRecorder, data, "recorder")
         assert (restored.database_url, restored.spool_path, restored.tool_name, restored.max_query_chars) == (

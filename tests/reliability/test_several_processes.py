@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -15,7 +14,7 @@ import pytest
 
 from pipelines import load_pipeline, lookup
 from tests.conftest import write_tiny_kb
-from tests.postgres_server import free_port
+from tests.lite_server import LiteServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "disk usage above 90 percent on a node"
@@ -31,35 +30,12 @@ def _cli(*args: str, uri: str, timeout: float = 300) -> subprocess.CompletedProc
 
 @pytest.fixture
 def lite_server(tmp_path) -> Iterator[str]:
-    """`milvus-lite server` on a free loopback port: the one process that opens the data; everyone else connects."""
-    port = free_port()
-    command = [
-        str(Path(sys.executable).parent / "milvus-lite"),
-        "server",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--data-dir",
-        str(tmp_path / "milvus"),
-    ]
-    log = (tmp_path / "lite.log").open("w")
-    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    server = LiteServer(tmp_path / "milvus")
+    server.start()
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (tmp_path / "lite.log").read_text()
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "milvus-lite server did not listen"
-                time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}"
+        yield server.uri
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
+        server.stop()
 
 
 def test_a_second_process_on_a_lite_folder_is_told_in_one_line_what_to_do(tmp_path, capsys):

@@ -63,4 +63,6 @@ class TestMilvusChunkStore:
         MilvusChunkStore("http://127.0.0.1:19530", CollectionSchema("c", dimension=4)).client  # noqa: B018
         assert seen[0]["grpc_options"]["grpc.keepalive_permit_without_calls"] == 0
         assert seen[0]["grpc_options"]["grpc.keepalive_time_ms"] >= 300_000  # the server's minimum ping interval
-        assert "grpc_options" not in seen[1]
+        assert "grpc.keepalive_time_ms" not in seen[1]["grpc_options"]  # a server keeps pymilvus' keep-alive
+        for options in (seen[0]["grpc_options"], seen[1]["grpc_options"]):  # a restarted server is found again at once
+            assert options["grpc.max_reconnect_backoff_ms"] <= 1_000 and options["grpc.use_local_subchannel_pool"] == 1

@@ -1,0 +1,58 @@
+"""`lookup_knowledge` as a hayhooks pipeline: `POST /lookup_knowledge/run` `{query, session_id?}` → `{"result": ...}`.
+
+```bash
+HAYSTACK_TELEMETRY_ENABLED=False HAYHOOKS_TRACING_ENABLED=false LOOKUP_KNOWLEDGE_DATA_DIR=data \
+    hayhooks run --host 127.0.0.1 --port 1416 --pipelines-dir hayhooks
+curl -s -X POST http://127.0.0.1:1416/lookup_knowledge/run -H 'Content-Type: application/json' \
+    -d '{"query": "disk full on a node", "session_id": "chat-42"}'
+```
+
+`setup()` loads `pipelines.yaml` (or `LOOKUP_KNOWLEDGE_PIPELINE`) through `pipelines.load_pipeline`, on the data of
+`LOOKUP_KNOWLEDGE_DATA_DIR` (else `./data`) with `MILVUS_URI` and `TRACE_DB_URL` as everywhere; `run_api` returns
+the full `LookupResult` JSON of `pipelines.lookup` as hayhooks' `result`, and every call is one trace row, a rejected
+or failed lookup included (it is a result with `evidenceStatus` `invalid_query` or `error`, HTTP 200). Calls are
+serialized, as through the agent tool and the MCP server (hayhooks runs `run_api` in a thread pool).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from hayhooks import BasePipelineWrapper
+from pipelines import load_pipeline, lookup
+from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
+
+#: Another lookup pipeline YAML than the repository's `pipelines.yaml`.
+PIPELINE_ENV = "LOOKUP_KNOWLEDGE_PIPELINE"
+
+
+def _telemetry_off() -> None:
+    """Haystack was imported by hayhooks before `components` could set its switch: turn telemetry off here too."""
+    if os.environ.get("HAYSTACK_TELEMETRY_ENABLED", "").lower() not in ("true", "1"):
+        from haystack.telemetry import _telemetry
+
+        _telemetry.telemetry = None
+
+
+class PipelineWrapper(BasePipelineWrapper):
+    """The lookup pipeline behind hayhooks' `/lookup_knowledge/run` (and its MCP tool listing)."""
+
+    def setup(self) -> None:
+        """Load the lookup pipeline once (warmed up)."""
+        _telemetry_off()
+        self.pipeline = load_pipeline(os.environ.get(PIPELINE_ENV) or DEFAULT_LOOKUP_PIPELINE)
+        self._lock = threading.Lock()
+
+    def run_api(self, query: str, session_id: str | None = None) -> dict[str, Any]:
+        """
+        Look up the knowledge base and get back evidence, not an answer (found=false means "no knowledge", never a
+        fact).
+
+        :param query: The question or its key terms, in the user's language (1 to 2,000 characters).
+        :param session_id: A stable id for the conversation: evidence already returned in it is not repeated.
+        :returns: The LookupResult JSON: found, evidenceStatus, evidenceBlocks, contextPack, traceId, ...
+        """
+        with self._lock:
+            return lookup(self.pipeline, query, session_id=session_id)
