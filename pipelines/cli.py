@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import logging as stdlib_logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -318,7 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Run the command line.
 
     :param argv: Arguments (default: `sys.argv[1:]`).
-    :returns: The exit code: 0 success, 2 bad input, 1 internal failure.
+    :returns: The exit code: 0 success, 2 bad input, 1 internal failure, 141 (a shell's SIGPIPE code) when the reader
+        of the output went away (`trace list | head`).
     """
     args = build_parser().parse_args(argv)
     for stream in (sys.stdout, sys.stderr):
@@ -335,6 +337,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KnowledgeBaseBusyError as err:
         print(f"lookup-knowledge: {err}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # nobody reads the rest: stop quietly, and let the exit flush go nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as err:
         print(f"lookup-knowledge: internal error: {type(err).__name__}: {err}", file=sys.stderr)
         return 1

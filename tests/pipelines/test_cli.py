@@ -110,3 +110,27 @@ class TestCli:
         assert main(["trace", "list", "--data-dir", str(missing)]) == 2
         assert "nothing was recorded" in capsys.readouterr().err
         assert not missing.exists()
+
+
+def test_a_reader_that_goes_away_stops_the_output_quietly(tmp_path):
+    """`trace list | head -1`: no traceback, no "internal error", the shell's SIGPIPE exit code."""
+    import subprocess
+    import sys
+
+    from components.trace.trace_store import ToolInvocation, TraceStore
+
+    data = tmp_path / "data"
+    store = TraceStore(f"sqlite:///{data / 'traces.db'}")
+    for i in range(400):  # more than a pipe holds
+        store.write(
+            ToolInvocation(
+                tool_name="t", query=f"q{i} " + "x" * 300, found=False, status="no_evidence", retrieval_layer="L1"
+            )
+        )
+    store.close()
+    command = [sys.executable, "-m", "pipelines.cli", "trace", "list", "--limit", "400", "--data-dir", str(data)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline()
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err.decode()) == (141, "")
