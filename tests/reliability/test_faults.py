@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from components.offline_text_embedder import OfflineTextEmbedder
+from components.store.knowledge_index import KnowledgeIndex
 from components.trace.trace_store import TraceStore
 from pipelines import load_pipeline, lookup
 from pipelines.indexing import KnowledgeIndexer
@@ -121,6 +122,7 @@ def _versions_by_source(result: dict) -> dict[str, set[str]]:
 
 _COUNT = """
 import sys
+from components.store.knowledge_index import KnowledgeIndex
 from pipelines.indexing import KnowledgeIndexer
 from pipelines.settings import Deployment
 indexer = KnowledgeIndexer(Deployment.resolve(sys.argv[1]))
@@ -191,19 +193,15 @@ class TestKilledMidIndex:
             rows = indexer.collection.scan(with_content=True)
         finally:
             indexer.close()
-        active = {doc["source"]: doc for doc in _index_documents(data)}
+        active = KnowledgeIndex.load(deployment.index_path).by_source()
         assert len(active) == RUNBOOKS
-        assert Counter(row["source"] for row in rows) == {s: d["chunks"] for s, d in active.items()}
-        assert all(row["doc_version"] == active[row["source"]]["doc_version"] for row in rows)
+        assert Counter(row["source"] for row in rows) == {s: d.chunks for s, d in active.items()}
+        assert all(row["doc_version"] == active[row["source"]].doc_version for row in rows)
         assert all("Runbook v2" in row["content"] for row in rows)
 
         trace = f"sqlite:///{tmp_path / 'trace.db'}"
         repaired = lookup(load_pipeline(data_dir=data, trace_db_url=trace), RUNBOOK_QUESTION)
         assert all(versions == {"2"} for versions in _versions_by_source(repaired).values())
-
-
-def _index_documents(data: Path) -> list[dict]:
-    return json.loads((data / "knowledge_index.json").read_text(encoding="utf-8"))["documents"]
 
 
 SIDECAR_QUESTIONS = ("磁盘满了怎么办", "how do I rotate the API keys", "zxqv plorn wibble frumious snark")
