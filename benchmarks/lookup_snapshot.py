@@ -19,7 +19,7 @@ from typing import Any
 from pipelines import load_pipeline, lookup
 from pipelines.evaluation import load_eval_set
 
-RUN_DEPENDENT = {"traceId", "latencyMs", "started_at"}
+RUN_DEPENDENT = {"traceId", "latencyMs", "stageMs", "started_at"}
 
 
 def stable(value: Any) -> Any:

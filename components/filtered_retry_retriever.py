@@ -1,7 +1,11 @@
 from __future__ import annotations
 
 import statistics as stats
+import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -20,6 +24,21 @@ from components.store.knowledge_collection import (
 from components.store.lexical import tokenize
 
 logger = logging.getLogger(__name__)
+
+#: BM25 searches in flight at once, beside as many dense ones (lookups from more threads wait for a free one)
+LEXICAL_WORKERS = 8
+
+
+@contextmanager
+def _stage(attempt: dict[str, Any], name: str) -> Iterator[None]:
+    """Add the time spent in the block to the attempt's `stage_ms[name]` (what a slow attempt spent it on)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        spent = (time.perf_counter() - started) * 1000
+        attempt["stage_ms"][name] = round(attempt["stage_ms"].get(name, 0.0) + spent, 2)
+
 
 MODES = ("haystack", "sdk", "auto")
 LEXICAL_NORMALIZATIONS = ("ideal", "best")
@@ -157,6 +176,8 @@ class FilteredRetryRetriever:
         self.crosslingual_weight = crosslingual_weight
         self.category_key = category_key
         self.enabled = enabled
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     def to_dict(self) -> dict[str, Any]:
         """
@@ -216,8 +237,19 @@ class FilteredRetryRetriever:
             logger.warning("Milvus is not reachable yet: {error}", error=err)
 
     def close(self) -> None:
-        """Release the connections."""
+        """Release the connections and the BM25 search threads."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
         self.collection.close()
+
+    def _workers(self) -> ThreadPoolExecutor:
+        """Threads that run an attempt's BM25 search while the dense search runs (started on first use)."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=LEXICAL_WORKERS, thread_name_prefix="lexical-search")
+            return self._pool
 
     def _filters(self, category: str) -> dict[str, Any] | None:
         return {"field": f"meta.{self.category_key}", "operator": "==", "value": category} if category else None
@@ -233,12 +265,17 @@ class FilteredRetryRetriever:
             logger.warning("haystack path failed, using the sdk path: {error}", error=err)
             return self.collection.dense_search(vector, limit, filters, path="sdk")
 
+    def _lexical(self, query: str, category: str, limit: int) -> tuple[list[tuple[str, float]], str, float]:
+        """The attempt's BM25 search (run beside the dense one): its hits, the path that ran, its milliseconds."""
+        started = time.perf_counter()
+        pairs, path = self.collection.lexical_search(query, limit, self._filters(category), source=self.lexical_source)
+        return pairs, path, round((time.perf_counter() - started) * 1000, 2)
+
     def _with_lexical(
-        self, hits: list[Document], vector: list[float], query: str, category: str, limit: int, attempt: dict
+        self, hits: list[Document], vector: list[float], query: str, lexical: Future, attempt: dict
     ) -> list[Document]:
-        pairs, attempt["lexical_path"] = self.collection.lexical_search(
-            query, limit, self._filters(category), source=self.lexical_source
-        )
+        with _stage(attempt, "lexical_wait"):
+            pairs, attempt["lexical_path"], attempt["stage_ms"]["lexical"] = lexical.result()
         if not pairs:
             return hits
         # coverage: how much of the query's lexical weight a chunk matches, BM25 over the largest score the query's
@@ -247,7 +284,9 @@ class FilteredRetryRetriever:
         norm = ideal if self.lexical_normalization == "ideal" else pairs[0][1]
         scores = dict(pairs)
         known = {d.id for d in hits}
-        for doc in self.collection.fetch_scored([cid for cid in scores if cid not in known], vector):
+        with _stage(attempt, "lexical_fetch"):
+            lexical_only = self.collection.fetch_scored([cid for cid in scores if cid not in known], vector)
+        for doc in lexical_only:
             meta = {**doc.meta, "retrieval_path": "bm25", "similarity": doc.score}
             hits.append(replace(doc, meta=meta))
         fused = []
@@ -267,10 +306,17 @@ class FilteredRetryRetriever:
         languages = {d.id: script_language(d.content or "") for d in hits}
         query_language = script_language(query)
         offsets: dict[str, float] = {}
+        with _stage(attempt, "vectors"):
+            vectors, crosslingual_vectors = self.collection.candidate_vectors(
+                [d.id for d in hits],
+                dense=self.language_balance > 0,
+                crosslingual=self.crosslingual_weight > 0 and bool(crosslingual),
+            )
         if self.language_balance > 0:
-            vectors = self.collection.store.get_vectors([d.id for d in hits])
             offsets = language_offsets(vector, query_language, vectors, languages, statistics, self.language_balance)
-        similarities, bonuses = self._crosslingual_bonuses(hits, languages, query_language, crosslingual, attempt)
+        similarities, bonuses = self._crosslingual_bonuses(
+            crosslingual_vectors, languages, query_language, crosslingual, attempt
+        )
         balanced = []
         for doc in hits:
             offset, bonus = offsets.get(doc.id, 0.0), bonuses.get(doc.id, 0.0)
@@ -283,7 +329,7 @@ class FilteredRetryRetriever:
 
     def _crosslingual_bonuses(
         self,
-        hits: list[Document],
+        vectors: dict[str, list[float]],
         languages: dict[str, str],
         query_language: str,
         crosslingual: list[float],
@@ -297,7 +343,6 @@ class FilteredRetryRetriever:
         """
         if self.crosslingual_weight == 0 or not crosslingual:
             return {}, {}
-        vectors = self.collection.crosslingual_vectors([d.id for d in hits])
         if not vectors:
             attempt["crosslingual"] = {"status": "no_vectors"}
             return {}, {}
@@ -358,16 +403,23 @@ class FilteredRetryRetriever:
             "lexical_path": None,
             "crosslingual": None,
             "latency_ms": 0.0,
+            "stage_ms": {},
             "error": None,
         }
         started = time.perf_counter()
         docs: list[Document] = []
         depth = max(self.search_depth or top_k, top_k)
         try:
-            hits = self._search(vector, category, depth * 2, attempt)  # headroom for superseded versions
+            lexical = (
+                self._workers().submit(self._lexical, query, category, depth)
+                if self.lexical_weight > 0 and query
+                else None
+            )
+            with _stage(attempt, "dense"):
+                hits = self._search(vector, category, depth * 2, attempt)  # headroom for superseded versions
             hits = [replace(d, meta={**d.meta, "similarity": d.score}) for d in hits]
-            if self.lexical_weight > 0 and query:
-                hits = self._with_lexical(hits, vector, query, category, depth, attempt)
+            if lexical is not None:
+                hits = self._with_lexical(hits, vector, query, lexical, attempt)
             hits = self._balance_languages(hits, vector, query, crosslingual, attempt)
             attempt["raw_hits"] = len(hits)
             active, attempt["stale_dropped"] = self.collection.drop_superseded(hits)

@@ -12,6 +12,9 @@ from components.store.schema import CROSSLINGUAL_META_KEY
 
 logger = logging.getLogger(__name__)
 
+#: most rows sent to Milvus in one insert request (the chunks of several documents; one document is never split)
+ROWS_PER_INSERT = 1000
+
 
 def _json_safe(meta: dict[str, Any]) -> dict[str, Any]:
     safe = {}
@@ -27,17 +30,19 @@ def _json_safe(meta: dict[str, Any]) -> dict[str, Any]:
 @component
 class MilvusChunkWriter:
     """
-    Writes embedded chunks to the Milvus knowledge collection, one document at a time, all or nothing.
+    Writes embedded chunks to the Milvus knowledge collection, all or nothing per document.
 
     Rows follow the collection's schema (`id`, `content`, `vector`, `metadata` JSON; names configurable). Where the
     Milvus version supports full-text search, a new collection also gets `lexical_field` (the chunk's BM25 terms,
     written here) and `sparse_field` (filled from it by Milvus' BM25 function). A collection with a
     `crosslingual_field` gets each chunk's cross-lingual vector from its meta `crosslingual_embedding` (moved out of
-    the metadata). The chunks of
-    one document are inserted together; if the insert fails, whatever part of it landed is deleted again and the
-    document is reported in `failures`, so the previous version of that document (whose chunk ids differ, because
-    ids include the file version) stays untouched. Removing superseded versions is a separate, later step
-    (`remove_stale`), run once the new versions are recorded as active.
+    the metadata). The chunks of one document are always inserted together, and the documents of one `run` share
+    inserts of up to `ROWS_PER_INSERT` rows (one request to Milvus per insert, however many documents it holds). If
+    an insert fails, whatever part of it landed is deleted again and its documents are inserted one by one, so only
+    a document whose own insert fails is reported in `failures` (when the clean-up fails as well, every document of
+    that insert is). The previous version of a failed document (whose chunk ids differ, because ids include the
+    file version) stays untouched. Removing superseded versions is a separate, later step (`remove_stale`), run
+    once the new versions are recorded as active.
 
     ### Usage example
 
@@ -136,21 +141,48 @@ class MilvusChunkWriter:
             row[full_text[0]] = lexical_text(doc.content or "")
         return row
 
-    def _write_one(self, source: str, chunks: list[Document]) -> None:
-        store, full_text = self.collection.store, self.full_text_fields
-        rows = [self._row(doc, full_text) for doc in chunks]
+    def _insert(self, rows: list[dict[str, Any]], what: str) -> None:
+        """Insert rows in one request; if it fails, delete whatever landed, then raise."""
+        try:
+            self.collection.store.insert(rows)
+        except Exception:
+            self._clean_up(rows, what)
+            raise
+
+    def _clean_up(self, rows: list[dict[str, Any]], what: str) -> bool:
+        """Delete rows that may have landed; whether that worked."""
         id_field = self.collection.schema.id_field
         try:
-            store.insert(rows)
-        except Exception:
+            self.collection.store.delete_ids(row[id_field] for row in rows)
+        except Exception as cleanup_error:
+            # the leftovers carry a version that never becomes active; `remove_stale` deletes them later
+            logger.warning("Could not clean up partial chunks of {what}: {error}", what=what, error=cleanup_error)
+            return False
+        return True
+
+    def _insert_group(self, group: list[tuple[str, list[dict[str, Any]]]], errors: dict[str, Exception]) -> None:
+        """Insert several documents' rows in one request; if it fails, each document on its own."""
+        if len(group) == 1:
+            source, rows = group[0]
             try:
-                store.delete_ids(row[id_field] for row in rows)
-            except Exception as cleanup_error:
-                # the leftovers carry a version that never becomes active; `remove_stale` deletes them later
-                logger.warning(
-                    "Could not clean up partial chunks of {source}: {error}", source=source, error=cleanup_error
-                )
-            raise
+                self._insert(rows, source)
+            except Exception as err:
+                errors[source] = err
+            return
+        rows = [row for _, document_rows in group for row in document_rows]
+        try:
+            self.collection.store.insert(rows)
+            return
+        except Exception as err:
+            if not self._clean_up(rows, f"{len(group)} documents"):
+                # rows of documents written again now would stay beside their leftovers: all of them fail instead
+                errors.update((source, err) for source, _ in group)
+                return
+        for source, document_rows in group:
+            try:
+                self._insert(document_rows, source)
+            except Exception as err:
+                errors[source] = err
 
     @component.output_types(written=int, documents_written=list[dict[str, Any]], failures=list[dict[str, str]])
     def run(self, documents: list[Document]) -> dict[str, Any]:
@@ -164,15 +196,31 @@ class MilvusChunkWriter:
         by_source: dict[str, list[Document]] = defaultdict(list)
         for doc in documents:
             by_source[str(doc.meta.get("source", doc.id))].append(doc)
-        written, done, failures = 0, [], []
+        errors: dict[str, Exception] = {}
         if by_source:
             self.warm_up()
+            full_text = self.full_text_fields
+            group: list[tuple[str, list[dict[str, Any]]]] = []
+            size = 0
+            for source, chunks in by_source.items():
+                try:
+                    rows = [self._row(doc, full_text) for doc in chunks]
+                except Exception as err:
+                    errors[source] = err
+                    continue
+                if group and size + len(rows) > ROWS_PER_INSERT:
+                    self._insert_group(group, errors)
+                    group, size = [], 0
+                group.append((source, rows))
+                size += len(rows)
+            if group:
+                self._insert_group(group, errors)
+        written, done, failures = 0, [], []
         for source, chunks in by_source.items():
-            try:
-                self._write_one(source, chunks)
-            except Exception as err:
-                logger.warning("Writing chunks of {source} failed: {error}", source=source, error=err)
-                failures.append({"source": source, "reason": f"write failed: {err}"})
+            if source in errors:
+                error = errors[source]
+                logger.warning("Writing chunks of {source} failed: {error}", source=source, error=error)
+                failures.append({"source": source, "reason": f"write failed: {error}"})
                 continue
             written += len(chunks)
             done.append({"source": source, "doc_version": chunks[0].meta.get("doc_version"), "chunks": len(chunks)})

@@ -77,7 +77,13 @@ class OfflineDocumentEmbedder:
         if self._backend is None:
             self._backend = get_backend(self.model)
 
-    def _text_to_embed(self, document: Document) -> str:
+    def text_to_embed(self, document: Document) -> str:
+        """
+        The text this embedder embeds for a document: the `meta_fields_to_embed` values and the content.
+
+        :param document: A chunk.
+        :returns: The joined text.
+        """
         meta_values = [
             str(document.meta[key]) for key in self.meta_fields_to_embed if document.meta.get(key) not in (None, "")
         ]
@@ -106,7 +112,7 @@ class OfflineDocumentEmbedder:
             return {"documents": [], "meta": meta}
         self.warm_up()
         assert self._backend is not None
-        texts = [self._text_to_embed(doc) for doc in documents]
+        texts = [self.text_to_embed(doc) for doc in documents]
         vectors: list[list[float]] = []
         starts = range(0, len(texts), self.batch_size)
         for start in tqdm(starts, desc="Embedding", unit="batch", disable=not self.progress_bar):

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import json
 import logging as stdlib_logging
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from pipelines.settings import DEFAULT_MCP_HOST, DEFAULT_MCP_PORT, Deployment, KnowledgeBaseBusyError, check_lite_free
 
@@ -204,10 +207,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from pipelines.bench import run_bench
+    from pipelines.bench import parse_scales, run_bench
     from pipelines.loading import component_params_from
 
-    figures = run_bench(args.knowledge, rounds=args.rounds, compare=component_params_from(args.compare) or None)
+    figures = run_bench(
+        args.knowledge,
+        rounds=args.rounds,
+        compare=component_params_from(args.compare) or None,
+        scales=parse_scales(args.scale),
+        cold_start_runs=args.cold_start_runs,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     text = json.dumps(figures, ensure_ascii=False, indent=1)
     print(text)
     if args.json:
@@ -310,6 +320,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="COMPONENT.PARAM=VALUE",
         help="also time the lookup pipeline with this override (repeatable), e.g. retriever.top_k=30",
     )
+    bench.add_argument(
+        "--scale",
+        default=None,
+        metavar="SIZES",
+        help="also time lookups on synthetic collections of these many chunks, e.g. 1k,10k,100k",
+    )
+    bench.add_argument("--cold-start-runs", type=int, default=5, help="fresh `ask` processes timed (0: none)")
     bench.set_defaults(func=cmd_bench)
     return parser
 
@@ -318,11 +335,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     Run the command line.
 
+    Called without `argv` (the console script, `python -m pipelines.cli`), `ask` is the process's whole life: once
+    its answer is out, the process ends without the interpreter's teardown (`_end_process`) instead of returning.
+
     :param argv: Arguments (default: `sys.argv[1:]`).
     :returns: The exit code: 0 success, 2 bad input, 1 internal failure, 141 (a shell's SIGPIPE code) when the reader
         of the output went away (`trace list | head`).
     """
     args = build_parser().parse_args(argv)
+    code = _run(args)
+    if argv is None and args.command == "ask":
+        _end_process(code)
+    return code
+
+
+def _end_process(code: int) -> NoReturn:
+    """
+    End the process of a finished one-shot command now, without the interpreter's teardown.
+
+    Exactly the normal exit, in its order, up to the point where only memory is left: wait for (and stop) the
+    threads as the interpreter would, run the exit handlers (Milvus Lite's server shutdown, logging, span export),
+    flush the output. What is skipped is freeing every module and object one by one, which after a lookup (two
+    models, Milvus Lite, Haystack, SQLAlchemy loaded) took longer than the lookup itself.
+
+    :param code: The exit code.
+    """
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:  # joins the thread pools (concurrent.futures) and the non-daemon threads
+        shutdown()
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # nobody reads the rest, as in `main`
+        code = 141
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def _run(args: argparse.Namespace) -> int:
     for stream in (sys.stdout, sys.stderr):
         # undecodable arguments (lone surrogates) are printed escaped instead of failing the command
         if hasattr(stream, "reconfigure"):

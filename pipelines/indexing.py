@@ -9,6 +9,7 @@ retriever returns only chunks of the active version, so old and new chunks of a 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,14 @@ class IndexSummary:
         }
 
 
-def _entry(doc: Document, chunks: int) -> IndexedDocument:
+def indexed_document(doc: Document, chunks: int) -> IndexedDocument:
+    """
+    The knowledge index entry of a document.
+
+    :param doc: The document, or one of its chunks (they carry the document's fields in their meta).
+    :param chunks: Number of its chunks written to the collection.
+    :returns: The entry.
+    """
     meta = doc.meta
     return IndexedDocument(
         doc_id=meta["doc_id"],
@@ -155,8 +163,16 @@ class KnowledgeIndexer:
         self._loader, _ = node_of_type(self.pipeline, MarkdownKnowledgeLoader)
         self._writer, self.writer = node_of_type(self.pipeline, MilvusChunkWriter)
         self.collection = self.writer.collection
-        self._embedder, embedder = self._embedders()
-        self.embedding_model = embedder.model
+        self._embedder, self.embedder = self._embedders()
+        self.crosslingual_embedder = next(
+            (
+                c
+                for _, c in self.pipeline.walk()
+                if isinstance(c, OfflineDocumentEmbedder) and c.embedding_meta_key == CROSSLINGUAL_META_KEY
+            ),
+            None,
+        )
+        self.embedding_model = self.embedder.model
         self.files_per_batch = files_per_batch
 
     def _embedders(self) -> tuple[str, OfflineDocumentEmbedder]:
@@ -219,7 +235,9 @@ class KnowledgeIndexer:
         written = {d["source"]: d["chunks"] for d in stored["documents_written"]}
         summary.chunks += sum(written.values())
         return [
-            _entry(doc, written[doc.meta["source"]]) for doc in loaded["documents"] if doc.meta["source"] in written
+            indexed_document(doc, written[doc.meta["source"]])
+            for doc in loaded["documents"]
+            if doc.meta["source"] in written
         ]
 
     def index(self, knowledge_dir: str | Path, rebuild: bool = False, progress: bool = True) -> IndexSummary:
@@ -276,37 +294,75 @@ class KnowledgeIndexer:
         active.update(fresh)
         summary.duplicate_ids = _duplicate_ids(active)
         unchanged = not fresh and not summary.deleted and bool(previous.term_categories)
+        bodies = {} if unchanged else _bodies(root, {s: d for s, d in active.items() if s not in failed_sources})
+        index = self.record(
+            list(active.values()),
+            bodies,
+            previous=previous,
+            unchanged=unchanged,
+            remove_stale=bool(fresh or summary.deleted or summary.failures or rebuild),
+            summary=summary,
+        )
+        summary.statistics = index.statistics.summary() if index.statistics else ""
+        summary.seconds = time.perf_counter() - started
+        return summary
+
+    def record(
+        self,
+        documents: list[IndexedDocument],
+        bodies: Mapping[str, str],
+        previous: KnowledgeIndex | None = None,
+        unchanged: bool = False,
+        remove_stale: bool = False,
+        summary: IndexSummary | None = None,
+    ) -> KnowledgeIndex:
+        """
+        Record documents whose chunks are in the collection as the deployment's knowledge index, and count the
+        collection's statistics.
+
+        The index file is saved first: from then on lookups read these document versions (the switch). Then, with
+        `remove_stale`, chunks of every other version are deleted; the collection is flushed, its statistics are
+        counted over the active chunks with the lookup embedder (`compute_statistics`) and saved with the index.
+        An index file that would not change is not written again, so running lookups need not reload anything.
+
+        :param documents: The active documents, one per source (their chunks written).
+        :param bodies: Markdown body per source, for the L0 term statistics (`term_category_counts`); a source
+            without a body counts its hint fields only.
+        :param previous: The index as it was before this run (default: none, everything is recorded anew).
+        :param unchanged: Nothing changed since `previous`: its term statistics and collection statistics are kept
+            (when made with the same embedding model) instead of counted again; `bodies` is not read.
+        :param remove_stale: Delete the chunks of other versions once the index is saved (a failure is logged and
+            put in `summary.cleanup_error`: stale chunks are never returned and the next run retries).
+        :param summary: Receives `stale_chunks_removed` and `cleanup_error`.
+        :returns: The saved index, statistics included.
+        """
+        previous = previous if previous is not None else KnowledgeIndex()
         index = KnowledgeIndex(
             milvus_uri=self.collection.uri,
             collection_name=self.collection.schema.collection_name,
             collection_schema=asdict(self.collection.schema),
             embedding_model=self.embedding_model,
-            documents=sorted(active.values(), key=lambda d: d.source),
-            term_categories=(
-                previous.term_categories
-                if unchanged
-                else term_category_counts(
-                    list(active.values()), _bodies(root, {s: d for s, d in active.items() if s not in failed_sources})
-                )
-            ),
+            documents=sorted(documents, key=lambda d: d.source),
+            term_categories=previous.term_categories if unchanged else term_category_counts(documents, dict(bodies)),
         )
         index.statistics = previous.statistics  # until they are counted again below
         if index != previous:  # an unchanged file keeps its mtime, so running lookups need not reload anything
             index.save(self.deployment.index_path)  # the switch: new versions active before old chunks go
-        active_versions = {s: d.doc_version for s, d in active.items()}
-        if fresh or summary.deleted or summary.failures or rebuild:
+        active_versions = index.active_versions()
+        if remove_stale:
             try:
-                summary.stale_chunks_removed = self.writer.remove_stale(active_versions)
+                removed = self.writer.remove_stale(active_versions)
+                if summary is not None:
+                    summary.stale_chunks_removed = removed
             except Exception as err:  # harmless: stale chunks are never returned and the next run retries
                 logger.warning("Removing superseded chunks failed: {error}", error=err)
-                summary.cleanup_error = str(err)
+                if summary is not None:
+                    summary.cleanup_error = str(err)
         self.collection.store.flush()
         index.statistics = self._statistics(previous, unchanged, active_versions)
-        summary.statistics = index.statistics.summary()
         if index.statistics != previous.statistics:
             index.save(self.deployment.index_path)
-        summary.seconds = time.perf_counter() - started
-        return summary
+        return index
 
     def _statistics(
         self, previous: KnowledgeIndex, unchanged: bool, active_versions: dict[str, str]

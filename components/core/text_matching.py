@@ -9,6 +9,7 @@ CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 # kana and CJK punctuation), each counted once per character
 _NOT_LATIN = bytes(b for b in range(256) if not (65 <= b <= 90 or 97 <= b <= 122))
 _NOT_CJK_LEAD = bytes(b for b in range(256) if not 0xE3 <= b <= 0xE9)
+_WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")  # characters that continue an English word
 # a Chinese character carries about as much as a short Latin word: a text is Chinese once a quarter of its letters
 # are ideographs (code and field names in Chinese runbooks are Latin)
 _CJK_SHARE = 0.25
@@ -62,8 +63,16 @@ def mentions_folded(text: str, term: str) -> bool:
     :param term: Casefolded term.
     :returns: True if the text mentions the term.
     """
-    if not term or term not in text:
+    start = text.find(term) if term else -1
+    if start < 0:
         return False
     if has_cjk(term):
         return True
-    return re.search(rf"(?<![a-z0-9_]){re.escape(term)}(?![a-z0-9_])", text) is not None
+    # each occurrence checked for ASCII word characters on either side (what `(?<![a-z0-9_])term(?![a-z0-9_])`
+    # matches, without a regex engine trying every position of a long text)
+    size = len(term)
+    while start >= 0:
+        if (start == 0 or text[start - 1] not in _WORD) and text[start + size : start + size + 1] not in _WORD:
+            return True
+        start = text.find(term, start + 1)
+    return False

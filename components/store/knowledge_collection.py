@@ -333,10 +333,27 @@ class KnowledgeCollection:
         :param ids: Chunk ids.
         :returns: Vector per id found; empty when the collection has no cross-lingual field.
         """
-        field = self._schema.crosslingual_field
-        if not field or field not in self._require().fields:
-            return {}
-        return self.store.get_vectors(ids, field=field)
+        return self.candidate_vectors(ids, dense=False)[1]
+
+    def candidate_vectors(
+        self, ids: list[str], dense: bool = True, crosslingual: bool = True
+    ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+        """
+        Fetch the dense and the cross-lingual vectors of some chunks in one request.
+
+        :param ids: Chunk ids.
+        :param dense: Fetch the dense (`vector_field`) vectors.
+        :param crosslingual: Fetch the cross-lingual vectors (where the collection has the field).
+        :returns: `(dense, crosslingual)`: vector per id found; a dict is empty where not asked for or, for
+            cross-lingual vectors, where the collection has no such field.
+        """
+        s = self._schema
+        crosslingual = crosslingual and bool(s.crosslingual_field) and s.crosslingual_field in self._require().fields
+        fields = [f for f, wanted in ((s.vector_field, dense), (s.crosslingual_field, crosslingual)) if wanted]
+        if not fields or not ids:
+            return {}, {}
+        vectors = self.store.get_vectors(ids, fields)
+        return vectors.get(s.vector_field, {}) if dense else {}, vectors.get(s.crosslingual_field, {})
 
     def has_crosslingual(self) -> bool:
         """

@@ -11,10 +11,11 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from components.core.text_matching import mentions_folded
@@ -119,26 +120,46 @@ def hint_terms(doc: IndexedDocument) -> set[str]:
     return {value.casefold() for _, value in hint_values(doc)}
 
 
-def term_category_counts(documents: list[IndexedDocument], bodies: dict[str, str]) -> dict[str, dict[str, int]]:
+def _code_points(text: str) -> np.ndarray:
+    """The distinct characters of a text, as sorted code points."""
+    return np.unique(np.frombuffer(text.encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32))
+
+
+def term_category_counts(documents: list[IndexedDocument], bodies: Mapping[str, str]) -> dict[str, dict[str, int]]:
     """
     Count, for every hint term of the knowledge base, the documents per category that mention it.
 
     A document mentions a term when it is one of its hint fields or its text contains it (matched like a query).
-    L0 uses these counts to tell category-specific terms from terms that occur everywhere.
+    L0 uses these counts to tell category-specific terms from terms that occur everywhere. A text is only searched
+    for a term when it has every character of it (a table of which characters each text has): a term that no text
+    could contain, such as most distinct titles of a large knowledge base, costs no search at all.
 
     :param documents: The active documents.
     :param bodies: Markdown body per source (documents without a body count their fields only).
     :returns: `{term: {category: documents}}`.
     """
-    folded = {doc.source: bodies.get(doc.source, "").casefold() for doc in documents}
-    own = {doc.source: hint_terms(doc) for doc in documents}
-    terms = set().union(*own.values()) if own else set()
+    folded = [bodies.get(doc.source, "").casefold() for doc in documents]
+    own: dict[str, list[int]] = {}
+    for position, doc in enumerate(documents):
+        for term in hint_terms(doc):
+            own.setdefault(term, []).append(position)
+    # which characters each text has (as code points): a text lacking one of a term's characters cannot mention it
+    present = [_code_points(text) for text in folded]
+    alphabet = np.unique(np.concatenate(present)) if present else np.zeros(0, dtype=np.uint32)
+    has = np.zeros((len(alphabet), len(documents)), dtype=bool)
+    for position, codes in enumerate(present):
+        has[np.searchsorted(alphabet, codes), position] = True
     counts: dict[str, dict[str, int]] = {}
-    for term in terms:
+    for term, positions in own.items():
+        mentioning = set(positions)
+        codes = _code_points(term)
+        if term and np.isin(codes, alphabet).all():
+            candidates = np.flatnonzero(np.logical_and.reduce(has[np.searchsorted(alphabet, codes)], axis=0))
+            mentioning.update(int(p) for p in candidates if mentions_folded(folded[p], term))
         per_category: dict[str, int] = {}
-        for doc in documents:
-            if term in own[doc.source] or mentions_folded(folded[doc.source], term):
-                per_category[doc.category] = per_category.get(doc.category, 0) + 1
+        for position in sorted(mentioning):
+            category = documents[position].category
+            per_category[category] = per_category.get(category, 0) + 1
         counts[term] = per_category
     return counts
 

@@ -13,7 +13,6 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-import bm25s
 import numpy as np
 import Stemmer
 
@@ -196,6 +195,8 @@ class Bm25ChunkIndex:
         if len(ids) != len(texts):
             msg = f"ids ({len(ids)}) and texts ({len(texts)}) must have the same length"
             raise ValueError(msg)
+        import bm25s  # only the in-process fallback needs it (a collection with Milvus' own BM25 never does)
+
         self.ids = list(ids)
         self._bm25 = bm25s.BM25(k1=K1, b=B)
         corpus = [tokenize(t) or ["\x00"] for t in texts]

@@ -8,7 +8,7 @@ that Milvus' BM25 function fills from it; and a second vector field, `crosslingu
 from __future__ import annotations
 
 import logging as stdlib_logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -381,23 +381,23 @@ class MilvusChunkStore:
             for row in rows
         ]
 
-    def get_vectors(self, ids: list[str], field: str | None = None) -> dict[str, list[float]]:
+    def get_vectors(self, ids: list[str], fields: Sequence[str] = ()) -> dict[str, dict[str, list[float]]]:
         """
-        Fetch only the vectors of some rows.
+        Fetch only vectors of some rows, several vector fields in one request.
 
         :param ids: Primary keys.
-        :param field: The vector field read (default: the schema's `vector_field`).
-        :returns: Vector per id found.
+        :param fields: The vector fields read (default: the schema's `vector_field`).
+        :returns: Per field, the vector of every id found.
         """
-        if not ids:
-            return {}
-        self.load()
         s = self.schema
-        field = field or s.vector_field
+        fields = list(fields or [s.vector_field])
+        if not ids:
+            return {field: {} for field in fields}
+        self.load()
         rows = self.client.get(
-            s.collection_name, ids=ids, output_fields=[field], consistency_level=self.consistency_level
+            s.collection_name, ids=ids, output_fields=fields, consistency_level=self.consistency_level
         )
-        return {row[s.id_field]: list(row[field]) for row in rows}
+        return {field: {row[s.id_field]: list(row[field]) for row in rows} for field in fields}
 
     def search(self, vector: list[float], top_k: int, expr: str = "") -> list[dict[str, Any]]:
         """

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import copy
 import inspect
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -731,7 +733,12 @@ class TestFilteredRetryRetriever:
         no_query_vector = retriever.run(query_embedding=embed(query), query=query)
         assert no_query_vector["retrieval_trace"]["attempts"][0]["crosslingual"] is None
         assert all("crosslingual_bonus" not in d.meta for d in no_query_vector["candidates"])
-        monkeypatch.setattr(retriever.collection, "crosslingual_vectors", lambda ids: {})  # indexed without them
+        fetch = retriever.collection.candidate_vectors
+
+        def without_crosslingual(ids, dense=True, crosslingual=True):  # as if indexed without them
+            return fetch(ids, dense, False)
+
+        monkeypatch.setattr(retriever.collection, "candidate_vectors", without_crosslingual)
         no_field = retriever.run(
             query_embedding=embed(query), query=query, crosslingual_embedding=embed_crosslingual(query)
         )
@@ -782,3 +789,60 @@ class TestFilteredRetryRetriever:
         )
         assert out["retrieval_trace"]["calibration"] is None
         assert out["candidates"] and all("language_offset" not in d.meta for d in out["candidates"])
+
+    @pytest.mark.integration
+    def test_each_attempt_says_where_its_time_went(self, knowledge_data):
+        retriever = FilteredRetryRetriever(
+            KnowledgeCollection(
+                uri=str(knowledge_data / "milvus.db"), index_path=str(knowledge_data / "knowledge_index.json")
+            )
+        )
+        query = "how long do refunds take?"
+        out = retriever.run(query_embedding=embed(query), query=query, crosslingual_embedding=embed_crosslingual(query))
+        retriever.close()
+        attempt = out["retrieval_trace"]["attempts"][0]
+        assert set(attempt["stage_ms"]) == {"dense", "lexical", "lexical_wait", "lexical_fetch", "vectors"}
+        assert all(ms >= 0 for ms in attempt["stage_ms"].values())
+        # the stages happen inside the attempt; BM25 overlaps the dense search, so the sum may exceed it
+        inside = sum(ms for stage, ms in attempt["stage_ms"].items() if stage not in ("lexical",))
+        assert inside <= attempt["latency_ms"] + 1
+        assert attempt["crosslingual"]["status"] == "applied"
+
+    @pytest.mark.integration
+    def test_bm25_runs_beside_the_dense_search(self, make_retriever, disk_vector, monkeypatch):
+        retriever = make_retriever(lexical_weight=0.1)
+        retriever.warm_up()
+        collection = retriever.collection
+        dense, lexical_search = collection.dense_search, collection.lexical_search
+
+        def slow(search):
+            def run(*args, **kwargs):
+                time.sleep(1.0)
+                return search(*args, **kwargs)
+
+            return run
+
+        monkeypatch.setattr(collection, "dense_search", slow(dense))
+        monkeypatch.setattr(collection, "lexical_search", slow(lexical_search))
+        attempt = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)["retrieval_trace"]["attempts"][0]
+        assert attempt["error"] is None and attempt["lexical_path"] == "milvus"
+        assert attempt["stage_ms"]["dense"] >= 1000 and attempt["stage_ms"]["lexical"] >= 1000
+        assert attempt["latency_ms"] < 1800  # one after the other would take 2,000 ms and more
+
+    @pytest.mark.integration
+    def test_a_failing_bm25_search_fails_the_attempt_and_close_releases_its_threads(
+        self, make_retriever, disk_vector, monkeypatch
+    ):
+        retriever = make_retriever(lexical_weight=0.1)
+
+        def broken(*args, **kwargs):
+            raise ConnectionError("BM25 is down")
+
+        monkeypatch.setattr(retriever.collection, "lexical_search", broken)
+        attempt = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)["retrieval_trace"]["attempts"][0]
+        assert attempt["error"] == "ConnectionError: BM25 is down" and attempt["candidate_count"] == 0
+        monkeypatch.undo()
+        retriever.close()
+        assert not [t for t in threading.enumerate() if t.name.startswith("lexical-search")]
+        # closed is not broken: the next run starts its threads again
+        assert retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)["candidates"]

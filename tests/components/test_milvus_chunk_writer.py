@@ -294,6 +294,72 @@ class TestMilvusChunkWriter:
         assert set(rows(writer)) == {"fine.md@v1#0"}
 
     @pytest.mark.integration
+    def test_documents_share_inserts_up_to_the_row_cap_never_splitting_one(self, make_writer, monkeypatch):
+        writer = make_writer()
+        writer.warm_up()
+        monkeypatch.setattr("components.milvus_chunk_writer.ROWS_PER_INSERT", 3)
+        real_insert = writer.collection.store.insert
+        inserts: list[list[str]] = []
+
+        def recording(batch):
+            inserts.append([row["pk"] for row in batch])
+            real_insert(batch)
+
+        monkeypatch.setattr(writer.collection.store, "insert", recording)
+        docs = [chunk("a.md", "v1", i) for i in range(2)] + [chunk("b.md", "v1", i) for i in range(2)]
+        docs += [chunk("c.md", "v1", 0)] + [chunk("big.md", "v1", i) for i in range(5)]
+        out = writer.run(documents=docs)
+        assert out["written"] == 10 and out["failures"] == []
+        assert [d["source"] for d in out["documents_written"]] == ["a.md", "b.md", "c.md", "big.md"]
+        assert inserts == [
+            ["a.md@v1#0", "a.md@v1#1"],
+            ["b.md@v1#0", "b.md@v1#1", "c.md@v1#0"],
+            [f"big.md@v1#{i}" for i in range(5)],
+        ]
+        assert set(rows(writer)) == {doc.id for doc in docs}
+
+    @pytest.mark.integration
+    def test_a_failed_shared_insert_costs_only_the_document_that_fails_alone(self, make_writer, monkeypatch):
+        writer = make_writer()
+        writer.warm_up()
+        real_insert = writer.collection.store.insert
+
+        def fails_with_broken(batch):
+            real_insert(batch[:2])  # part of the request lands before it fails
+            if any(row["meta_json"]["source"] == "broken.md" for row in batch):
+                raise ConnectionError("milvus went away")
+            real_insert(batch[2:])
+
+        monkeypatch.setattr(writer.collection.store, "insert", fails_with_broken)
+        docs = [chunk("fine.md", "v1", i) for i in range(2)] + [chunk("broken.md", "v1", i) for i in range(3)]
+        docs += [chunk("also-fine.md", "v1", 0)]
+        out = writer.run(documents=docs)
+        assert out["written"] == 3
+        assert [d["source"] for d in out["documents_written"]] == ["fine.md", "also-fine.md"]
+        assert out["failures"] == [{"source": "broken.md", "reason": "write failed: milvus went away"}]
+        assert set(rows(writer)) == {"fine.md@v1#0", "fine.md@v1#1", "also-fine.md@v1#0"}
+
+    @pytest.mark.integration
+    def test_a_shared_insert_that_cannot_be_cleaned_up_fails_all_its_documents(self, make_writer, monkeypatch):
+        writer = make_writer()
+        writer.warm_up()
+        calls: list[int] = []
+
+        def fail(batch):
+            calls.append(len(batch))
+            raise ConnectionError("down")
+
+        def delete_fails(ids):
+            raise ConnectionError("delete failed too")
+
+        monkeypatch.setattr(writer.collection.store, "insert", fail)
+        monkeypatch.setattr(writer.collection.store, "delete_ids", delete_fails)
+        out = writer.run(documents=[chunk("a.md", "v1", 0), chunk("b.md", "v1", 0)])
+        assert calls == [2]  # not written again one by one: leftovers of the first try would stay beside them
+        assert out["written"] == 0 and out["documents_written"] == []
+        assert [f["source"] for f in out["failures"]] == ["a.md", "b.md"]
+
+    @pytest.mark.integration
     def test_failed_cleanup_is_still_reported_not_raised(self, make_writer, monkeypatch):
         writer = make_writer()
         writer.warm_up()

@@ -134,3 +134,31 @@ def test_a_reader_that_goes_away_stops_the_output_quietly(tmp_path):
     proc.stdout.close()
     _, err = proc.communicate(timeout=120)
     assert (proc.returncode, err.decode()) == (141, "")
+
+
+def test_ask_as_its_own_process_answers_records_and_releases_the_data(tmp_path, tiny_kb):
+    """The console-script path of `ask` ends the process itself (no interpreter teardown): the answer is out, the
+    exit code is the command's, the trace row is stored and Milvus Lite is released for the next process."""
+    import subprocess
+    import sys
+
+    from components.trace.trace_store import TraceStore
+
+    data = tmp_path / "data"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "pipelines.cli", *args, "--data-dir", str(data)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+
+    assert cli("index", "--knowledge", str(tiny_kb), "--quiet").returncode == 0
+    first = cli("ask", "disk full on the node", "--json")
+    assert (first.returncode, first.stderr) == (0, "")
+    result = json.loads(first.stdout)
+    assert result["found"] is True and result["evidenceBlocks"][0]["source"] == "alerts/disk.md"
+    second = cli("ask", "退款多久到账")  # the folder is free again: the first process released Milvus Lite
+    assert second.returncode == 0 and "payments/refund.md" in second.stdout and "found=True" in second.stdout
+    bad = cli("ask", "   ", "--json")
+    assert bad.returncode == 2 and bad.stderr.startswith("lookup-knowledge: ") and len(bad.stderr.splitlines()) == 1
+    store = TraceStore(f"sqlite:///{data / 'traces.db'}")
+    assert sorted(row.status for row in store.list()) == ["evidence", "evidence", "invalid_query"]
+    store.close()

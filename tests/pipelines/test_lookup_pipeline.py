@@ -490,8 +490,8 @@ class TestLookupPipeline:
         stable = json.loads(json.dumps(result))
         stable.pop("traceId")
         for attempt in stable["retrievalTrace"]["attempts"]:
-            attempt.pop("latencyMs", None)
-            attempt.pop("latency_ms", None)
+            for timing in ("latencyMs", "latency_ms", "stageMs", "stage_ms"):
+                attempt.pop(timing, None)
         return stable
 
     @pytest.mark.parametrize(

@@ -422,3 +422,68 @@ class TestMigrations:
         assert [d for d in diff if "tool_invocation" in str(d)] == []  # the model and the migrations agree
         store.close()
         engine.dispose()
+
+    def test_head_is_the_newest_migration_script(self):
+        from alembic.script import ScriptDirectory
+
+        scripts = ScriptDirectory.from_config(migrate.alembic_config(None))
+        assert scripts.get_current_head() == migrate.HEAD
+
+    @pytest.mark.integration
+    def test_a_database_at_head_is_not_migrated_again(self, trace_url, monkeypatch):
+        store = TraceStore(trace_url)
+        assert isinstance(store.write(_row("first")), int)  # creates the table through Alembic
+        store.close()
+
+        from alembic import command
+
+        def no_alembic(*args: Any, **kwargs: Any) -> None:
+            raise AssertionError("Alembic ran against a database at HEAD")
+
+        monkeypatch.setattr(command, "upgrade", no_alembic)
+        monkeypatch.setattr(command, "stamp", no_alembic)
+        again = TraceStore(trace_url)
+        assert isinstance(again.write(_row("second")), int)
+        assert sorted(r.query for r in again.list()) == ["first", "second"]
+        assert migrate.upgrade(again.engine) == migrate.HEAD
+        again.close()
+
+
+class TestWriteAhead:
+    @pytest.mark.integration
+    def test_a_reader_does_not_hold_up_a_row(self, tmp_path):
+        db = tmp_path / "traces.db"
+        s = TraceStore(f"sqlite:///{db}", spool_path=str(tmp_path / "spool.jsonl"), timeout_s=0.2, retry_after_s=30)
+        assert isinstance(s.write(_row("before")), int)
+        reader = sqlite3.connect(db, timeout=0)
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM tool_invocation").fetchone() == (1,)  # a read in progress
+        try:
+            started = time.perf_counter()
+            assert isinstance(s.write(_row("while reading")), int)  # stored, not spooled
+            assert time.perf_counter() - started < 0.15
+        finally:
+            reader.rollback()
+            reader.close()
+        assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert not (tmp_path / "spool.jsonl").exists() or not (tmp_path / "spool.jsonl").read_text().strip()
+        s.close()
+
+    @pytest.mark.integration
+    def test_a_row_outlives_the_process_that_wrote_it_being_killed(self, tmp_path):
+        url = f"sqlite:///{tmp_path / 'traces.db'}"
+        script = (
+            "import os, signal, sys\n"
+            "from components.trace.trace_store import TraceStore\n"
+            "from tests.components.trace.test_trace_store import _row\n"
+            f"row_id = TraceStore({url!r}).write(_row('killed right after'))\n"
+            "print(row_id, flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n"
+        )
+        repo = Path(__file__).resolve().parents[3]
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=repo, check=False)
+        assert done.returncode == -9, done.stderr
+        row_id = int(done.stdout.strip())
+        store = TraceStore(url)
+        assert [(r.id, r.query) for r in store.list()] == [(row_id, "killed right after")]
+        store.close()
