@@ -34,7 +34,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+
+from lookup_snapshot import stable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_QUERY = "磁盘满了怎么办"
@@ -107,17 +108,8 @@ def time_ask(tree: Path, data_dir: Path, query: str) -> dict:
     if done.returncode != 0:
         raise RuntimeError(f"ask failed ({done.returncode}) in {tree}: {done.stderr.strip()[-500:]}")
     result = json.loads(done.stdout)
-    answer = json.dumps(_without_timings(result), sort_keys=True)
+    answer = json.dumps(stable(result), sort_keys=True)  # without the trace id and the measured milliseconds
     return {"wall_s": wall, "cpu_s": _children_cpu() - cpu, "answer": answer, "status": result["evidenceStatus"]}
-
-
-def _without_timings(value: Any) -> Any:
-    """The answer without what differs from run to run: the trace id and the measured milliseconds."""
-    if isinstance(value, dict):
-        return {k: _without_timings(v) for k, v in value.items() if k not in {"traceId", "latencyMs", "stageMs"}}
-    if isinstance(value, list):
-        return [_without_timings(v) for v in value]
-    return value
 
 
 def breakdown(tree: Path, data_dir: Path, query: str) -> dict:

@@ -42,7 +42,8 @@ from milvus_haystack import MilvusDocumentStore, MilvusEmbeddingRetriever
 
 from components.core.embedding_backends import get_backend
 from components.filtered_retry_retriever import FilteredRetryRetriever
-from components.offline_document_embedder import OfflineDocumentEmbedder
+from components.heading_chunker import HeadingChunker
+from components.markdown_loader import MarkdownKnowledgeLoader
 from components.offline_text_embedder import OfflineTextEmbedder
 from components.sidecar_retriever import SidecarRetriever
 from components.store.knowledge_index import KnowledgeIndex
@@ -276,12 +277,11 @@ def index_throughput(indexer: KnowledgeIndexer, summary: IndexSummary, knowledge
     :param knowledge_dir: The folder it indexed.
     :returns: Characters/s of both and their ratio (`index_throughput_ratio`).
     """
-    pipeline = indexer.pipeline
-    loader = pipeline.get_component("loader")
-    chunker = pipeline.get_component("chunker")
+    _, loader = node_of_type(indexer.pipeline, MarkdownKnowledgeLoader)
+    _, chunker = node_of_type(indexer.pipeline, HeadingChunker)
     sources = [str(p) for p in sorted(knowledge_dir.rglob("*.md"))]
     chunks = chunker.run(documents=loader.run(sources=sources, root=str(knowledge_dir))["documents"])["documents"]
-    embedders = [c for _, c in pipeline.walk() if isinstance(c, OfflineDocumentEmbedder)]
+    embedders = [e for e in (indexer.embedder, indexer.crosslingual_embedder) if e is not None]
     seconds = 0.0
     characters = 0
     for embedder in embedders:

@@ -44,6 +44,14 @@ def _blocked_url(tmp_path: Path) -> tuple[str, Path]:
     return f"sqlite:///{blocker}/sub/traces.db", blocker
 
 
+def _sqlite_store_with_a_row(tmp_path: Path) -> tuple[TraceStore, Path]:
+    """A SQLite trace store (0.2 s busy timeout, spool after a failure for 30 s) holding one row, `before`."""
+    db = tmp_path / "traces.db"
+    store = TraceStore(f"sqlite:///{db}", spool_path=str(tmp_path / "spool.jsonl"), timeout_s=0.2, retry_after_s=30)
+    assert isinstance(store.write(_row("before")), int)
+    return store, db
+
+
 @pytest.fixture
 def store(trace_url, tmp_path):
     s = TraceStore(trace_url, spool_path=str(tmp_path / "spool.jsonl"), retry_after_s=0)
@@ -348,9 +356,7 @@ class TestSpool:
 class TestBoundedCost:
     @pytest.mark.integration
     def test_a_locked_sqlite_database_costs_one_timeout_then_nothing(self, tmp_path):
-        db = tmp_path / "traces.db"
-        s = TraceStore(f"sqlite:///{db}", spool_path=str(tmp_path / "spool.jsonl"), timeout_s=0.2, retry_after_s=30)
-        assert isinstance(s.write(_row("before")), int)
+        s, db = _sqlite_store_with_a_row(tmp_path)
         holder = sqlite3.connect(db, timeout=0)
         holder.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
         try:
@@ -452,9 +458,7 @@ class TestMigrations:
 class TestWriteAhead:
     @pytest.mark.integration
     def test_a_reader_does_not_hold_up_a_row(self, tmp_path):
-        db = tmp_path / "traces.db"
-        s = TraceStore(f"sqlite:///{db}", spool_path=str(tmp_path / "spool.jsonl"), timeout_s=0.2, retry_after_s=30)
-        assert isinstance(s.write(_row("before")), int)
+        s, db = _sqlite_store_with_a_row(tmp_path)
         reader = sqlite3.connect(db, timeout=0)
         reader.execute("BEGIN")
         assert reader.execute("SELECT count(*) FROM tool_invocation").fetchone() == (1,)  # a read in progress
