@@ -12,9 +12,11 @@ from typing import Any
 import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict, logging
 
+from components.core.query_vector import QueryVector, as_list
 from components.core.scores import evidence_key, similarity_of
 from components.core.text_matching import script_language
 from components.store.collection_statistics import is_multilingual, language_offsets
+from components.store.json_metadata_document_store import VECTORS_META_KEY
 from components.store.knowledge_collection import (
     LEXICAL_SOURCES,
     CollectionMismatchError,
@@ -38,6 +40,12 @@ def _stage(attempt: dict[str, Any], name: str) -> Iterator[None]:
     finally:
         spent = (time.perf_counter() - started) * 1000
         attempt["stage_ms"][name] = round(attempt["stage_ms"].get(name, 0.0) + spent, 2)
+
+
+def _candidate_meta(meta: dict[str, Any], attempt: str, chunk_id: str) -> dict[str, Any]:
+    """A kept candidate's meta: its attempt and evidence key added, the vectors read for balancing left out."""
+    kept = {key: value for key, value in meta.items() if key != VECTORS_META_KEY}
+    return {**kept, "attempt": attempt, "evidence_key": evidence_key(meta, chunk_id)}
 
 
 MODES = ("haystack", "sdk", "auto")
@@ -228,7 +236,7 @@ class FilteredRetryRetriever:
             return
         try:
             self.collection.warm_up()
-            self.collection.connect("sdk" if self.mode == "sdk" else "haystack")
+            self.collection.connect("sdk" if self.mode == "sdk" else "haystack", self._vector_fields(True))
             if self.lexical_weight > 0:
                 self.collection.prepare_lexical(self.lexical_source, statistics=True)
         except CollectionMismatchError:
@@ -254,16 +262,30 @@ class FilteredRetryRetriever:
     def _filters(self, category: str) -> dict[str, Any] | None:
         return {"field": f"meta.{self.category_key}", "operator": "==", "value": category} if category else None
 
-    def _search(self, vector: list[float], category: str, limit: int, attempt: dict[str, Any]) -> list[Document]:
+    def _vector_fields(self, crosslingual_query: bool) -> tuple[str, ...]:
+        """The vector fields that language balancing reads with the candidates (none where it does not apply)."""
+        if (self.language_balance == 0 and self.crosslingual_weight == 0) or not is_multilingual(
+            self.collection.statistics()
+        ):
+            return ()
+        return tuple(
+            self.collection.vector_fields(
+                dense=self.language_balance > 0, crosslingual=self.crosslingual_weight > 0 and crosslingual_query
+            )
+        )
+
+    def _search(
+        self, vector: list[float], category: str, limit: int, attempt: dict[str, Any], fields: tuple[str, ...]
+    ) -> list[Document]:
         filters = self._filters(category)
         if self.mode != "auto":
-            return self.collection.dense_search(vector, limit, filters, path=self.mode)
+            return self.collection.dense_search(vector, limit, filters, path=self.mode, vector_fields=fields)
         try:
-            return self.collection.dense_search(vector, limit, filters, path="haystack")
+            return self.collection.dense_search(vector, limit, filters, path="haystack", vector_fields=fields)
         except Exception as err:
             attempt["fallback"] = {"from": "haystack", "to": "sdk", "reason": f"{type(err).__name__}: {err}"}
             logger.warning("haystack path failed, using the sdk path: {error}", error=err)
-            return self.collection.dense_search(vector, limit, filters, path="sdk")
+            return self.collection.dense_search(vector, limit, filters, path="sdk", vector_fields=fields)
 
     def _lexical(self, query: str, category: str, limit: int) -> tuple[list[tuple[str, float]], str, float]:
         """The attempt's BM25 search (run beside the dense one): its hits, the path that ran, its milliseconds."""
@@ -272,7 +294,14 @@ class FilteredRetryRetriever:
         return pairs, path, round((time.perf_counter() - started) * 1000, 2)
 
     def _with_lexical(
-        self, hits: list[Document], vector: list[float], query: str, lexical: Future, attempt: dict
+        self,
+        hits: list[Document],
+        scores: dict[str, float],
+        vector: list[float],
+        query: str,
+        lexical: Future,
+        attempt: dict,
+        fields: tuple[str, ...],
     ) -> list[Document]:
         with _stage(attempt, "lexical_wait"):
             pairs, attempt["lexical_path"], attempt["stage_ms"]["lexical"] = lexical.result()
@@ -282,23 +311,30 @@ class FilteredRetryRetriever:
         # terms can reach here; the bonus divides by that (ideal) or by the best hit's score (best)
         ideal = self.collection.term_statistics(self.lexical_source).ideal_score(tokenize(query))
         norm = ideal if self.lexical_normalization == "ideal" else pairs[0][1]
-        scores = dict(pairs)
-        known = {d.id for d in hits}
+        bm25_scores = dict(pairs)
         with _stage(attempt, "lexical_fetch"):
-            lexical_only = self.collection.fetch_scored([cid for cid in scores if cid not in known], vector)
+            lexical_only = self.collection.fetch_scored(
+                [cid for cid in bm25_scores if cid not in scores], vector, vector_fields=fields
+            )
         for doc in lexical_only:
-            meta = {**doc.meta, "retrieval_path": "bm25", "similarity": doc.score}
-            hits.append(replace(doc, meta=meta))
-        fused = []
+            doc.meta.update(retrieval_path="bm25", similarity=doc.score)
+            scores[doc.id] = doc.score or 0.0
+        hits = hits + lexical_only
         for d in hits:
-            bm25 = scores.get(d.id, 0.0)
+            bm25 = bm25_scores.get(d.id, 0.0)
             bonus = self.lexical_weight * bm25 / norm
-            meta = {**d.meta, "lexical_score": round(bonus, 4), "lexical_coverage": round(min(1.0, bm25 / ideal), 4)}
-            fused.append(replace(d, score=(d.score or 0.0) + bonus, meta=meta))
-        return sorted(fused, key=lambda d: -(d.score or 0.0))
+            d.meta.update(lexical_score=round(bonus, 4), lexical_coverage=round(min(1.0, bm25 / ideal), 4))
+            scores[d.id] += bonus
+        return sorted(hits, key=lambda d: -scores[d.id])
 
     def _balance_languages(
-        self, hits: list[Document], vector: list[float], query: str, crosslingual: list[float], attempt: dict
+        self,
+        hits: list[Document],
+        scores: dict[str, float],
+        vector: list[float],
+        query: str,
+        crosslingual: list[float],
+        attempt: dict,
     ) -> list[Document]:
         statistics = self.collection.statistics()
         if (self.language_balance == 0 and self.crosslingual_weight == 0) or not is_multilingual(statistics):
@@ -306,26 +342,25 @@ class FilteredRetryRetriever:
         languages = {d.id: script_language(d.content or "") for d in hits}
         query_language = script_language(query)
         offsets: dict[str, float] = {}
-        with _stage(attempt, "vectors"):
-            vectors, crosslingual_vectors = self.collection.candidate_vectors(
-                [d.id for d in hits],
-                dense=self.language_balance > 0,
-                crosslingual=self.crosslingual_weight > 0 and bool(crosslingual),
-            )
+        schema = self.collection.schema
+        vectors, crosslingual_vectors = (
+            {d.id: d.meta[VECTORS_META_KEY][field] for d in hits if field in d.meta.get(VECTORS_META_KEY, {})}
+            for field in (schema.vector_field, schema.crosslingual_field)
+        )
         if self.language_balance > 0:
             offsets = language_offsets(vector, query_language, vectors, languages, statistics, self.language_balance)
         similarities, bonuses = self._crosslingual_bonuses(
             crosslingual_vectors, languages, query_language, crosslingual, attempt
         )
-        balanced = []
         for doc in hits:
             offset, bonus = offsets.get(doc.id, 0.0), bonuses.get(doc.id, 0.0)
-            meta = {**doc.meta, "language": languages[doc.id], "language_offset": round(offset, 4)}
+            doc.meta.update(language=languages[doc.id], language_offset=round(offset, 4))
             if doc.id in similarities:
-                meta["crosslingual_similarity"] = round(similarities[doc.id], 4)
-                meta["crosslingual_bonus"] = round(bonus, 4)
-            balanced.append(replace(doc, score=(doc.score or 0.0) - offset + bonus, meta=meta))
-        return sorted(balanced, key=lambda d: -(d.score or 0.0))
+                doc.meta.update(
+                    crosslingual_similarity=round(similarities[doc.id], 4), crosslingual_bonus=round(bonus, 4)
+                )
+            scores[doc.id] = scores[doc.id] - offset + bonus
+        return sorted(hits, key=lambda d: -scores[d.id])
 
     def _crosslingual_bonuses(
         self,
@@ -410,25 +445,29 @@ class FilteredRetryRetriever:
         docs: list[Document] = []
         depth = max(self.search_depth or top_k, top_k)
         try:
+            fields = self._vector_fields(bool(crosslingual))
             lexical = (
                 self._workers().submit(self._lexical, query, category, depth)
                 if self.lexical_weight > 0 and query
                 else None
             )
             with _stage(attempt, "dense"):
-                hits = self._search(vector, category, depth * 2, attempt)  # headroom for superseded versions
-            hits = [replace(d, meta={**d.meta, "similarity": d.score}) for d in hits]
+                # headroom for superseded versions; the vectors language balancing needs come in the same request
+                hits = self._search(vector, category, depth * 2, attempt, fields)
+            # the hits are this attempt's own: their meta is completed in place and their rank score kept apart,
+            # so that each kept candidate is copied once, at the end (Document.score is the final rank score)
+            scores = {d.id: d.score or 0.0 for d in hits}
+            for d in hits:
+                d.meta["similarity"] = d.score
             if lexical is not None:
-                hits = self._with_lexical(hits, vector, query, lexical, attempt)
-            hits = self._balance_languages(hits, vector, query, crosslingual, attempt)
+                hits = self._with_lexical(hits, scores, vector, query, lexical, attempt, fields)
+            with _stage(attempt, "balance"):
+                hits = self._balance_languages(hits, scores, vector, query, crosslingual, attempt)
             attempt["raw_hits"] = len(hits)
             active, attempt["stale_dropped"] = self.collection.drop_superseded(hits)
             usable = [d for d in active if similarity_of(d) >= self.evidence_threshold]
             attempt["below_threshold_dropped"] = len(active) - len(usable)
-            docs = [
-                replace(d, meta={**d.meta, "attempt": name, "evidence_key": evidence_key(d.meta, d.id)})
-                for d in usable[:top_k]
-            ]
+            docs = [replace(d, score=scores[d.id], meta=_candidate_meta(d.meta, name, d.id)) for d in usable[:top_k]]
             attempt["path"] = docs[0].meta["retrieval_path"] if docs else ("sdk" if "fallback" in attempt else None)
         except Exception as err:
             attempt["error"] = f"{type(err).__name__}: {err}"
@@ -441,16 +480,17 @@ class FilteredRetryRetriever:
     @component.output_types(candidates=list[Document], retrieval_trace=dict[str, Any])
     def run(
         self,
-        query_embedding: list[float],
+        query_embedding: list[float] | QueryVector,
         query: str | None = None,
         category_filter: str | None = None,
         top_k: int | None = None,
-        crosslingual_embedding: list[float] | None = None,
+        crosslingual_embedding: list[float] | QueryVector | None = None,
     ) -> dict[str, Any]:
         """
         Retrieve L1 candidates.
 
-        :param query_embedding: The query vector; empty (a rejected query) gives no candidates and no attempt.
+        :param query_embedding: The query vector (a list, or an embedder's `QueryVector`, which the pipeline passes
+            on without copying it); empty (a rejected query) gives no candidates and no attempt.
         :param query: The query text, for the BM25 half of hybrid retrieval.
         :param category_filter: The L0 category, or empty for none.
         :param top_k: Overrides the init `top_k`.
@@ -474,14 +514,13 @@ class FilteredRetryRetriever:
         }
         if not self.enabled or not query_embedding:
             return {"candidates": [], "retrieval_trace": trace}
+        vector, crosslingual = as_list(query_embedding), as_list(crosslingual_embedding)
         trace["calibration"] = self._calibration()
         trace["query_terms"] = self._query_terms(query or "")
         category = (category_filter or "").strip()
         docs: list[Document] = []
         if category:
-            docs, attempt = self._attempt(
-                "filtered", query_embedding, query or "", category, top_k, crosslingual_embedding or []
-            )
+            docs, attempt = self._attempt("filtered", vector, query or "", category, top_k, crosslingual)
             trace["attempts"].append(attempt)
             if not docs:
                 trace["fallback_reason"] = NO_EVIDENCE
@@ -491,9 +530,7 @@ class FilteredRetryRetriever:
                 trace["selected_attempt"] = "filtered"
         if trace["selected_attempt"] is None:
             filtered = docs
-            docs, attempt = self._attempt(
-                "unfiltered", query_embedding, query or "", "", top_k, crosslingual_embedding or []
-            )
+            docs, attempt = self._attempt("unfiltered", vector, query or "", "", top_k, crosslingual)
             trace["attempts"].append(attempt)
             trace["selected_attempt"] = "unfiltered"
             if filtered:  # low-quality filtered candidates still compete; dedup merges chunks found by both

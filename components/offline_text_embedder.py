@@ -5,6 +5,7 @@ from typing import Any
 from haystack import component
 
 from components.core.embedding_backends import E5_SMALL, EmbeddingBackend, get_backend, validate_model_name
+from components.core.query_vector import QueryVector
 
 
 @component
@@ -43,13 +44,15 @@ class OfflineTextEmbedder:
         if self._backend is None:
             self._backend = get_backend(self.model)
 
-    @component.output_types(embedding=list[float], meta=dict[str, Any])
+    @component.output_types(embedding=list[float], vector=QueryVector, meta=dict[str, Any])
     def run(self, text: str) -> dict[str, Any]:
         """
         Embed one query.
 
         :param text: The query. An empty string gives an empty embedding.
-        :returns: `embedding`: the query vector (unit length); `meta`: the model name.
+        :returns: `embedding`: the query vector (unit length), for any Haystack retriever; `vector`: the same as an
+            immutable `QueryVector`, which the pipeline passes on without copying it (connect this one to
+            `FilteredRetryRetriever`); `meta`: the model name.
         :raises TypeError: If `text` is not a string.
         """
         if not isinstance(text, str):
@@ -57,7 +60,8 @@ class OfflineTextEmbedder:
             raise TypeError(msg)
         meta = {"model": self.model}
         if not text.strip():
-            return {"embedding": [], "meta": meta}
+            return {"embedding": [], "vector": QueryVector((), self.model), "meta": meta}
         self.warm_up()
         assert self._backend is not None
-        return {"embedding": self._backend.embed_queries([text])[0].tolist(), "meta": meta}
+        embedding = self._backend.embed_queries([text])[0].tolist()
+        return {"embedding": embedding, "vector": QueryVector(tuple(embedding), self.model), "meta": meta}

@@ -368,8 +368,9 @@ class KnowledgeIndexer:
         self, previous: KnowledgeIndex, unchanged: bool, active_versions: dict[str, str]
     ) -> CollectionStatistics:
         """The collection's statistics: the previous run's when nothing changed, else counted again."""
-        if unchanged and previous.statistics and previous.statistics.embedding_model == self.embedding_model:
-            return previous.statistics
+        kept = previous.statistics
+        if unchanged and kept and kept.embedding_model == self.embedding_model and kept.term_counts is not None:
+            return kept
         backend = get_backend(self.embedding_model)
         return self.collection.compute_statistics(backend.embed_queries, self.embedding_model, active_versions)
 

@@ -7,17 +7,21 @@
 - **Noise ceiling**: how similar the collection's best chunk is to queries that mean nothing (seeded pseudo-words,
   random Chinese characters, keyboard noise), per script of the query: Latin noise and Chinese noise reach different
   levels. Every collection and embedder has its own; `found` is decided against it, not against a fixed number.
+- **Term counts**: how many chunks contain each BM25 term, which the retriever divides BM25 scores by (the query's
+  ideal score): counted here, in the same pass, so that no lookup process reads every chunk back at start.
 """
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from components.core.text_matching import script_language
+from components.store.lexical import TermStatistics, tokenize
 
 NOISE_PROBES = 200
 # a language's centroid is only a centroid with enough chunks behind it; below this, no balancing against it
@@ -27,6 +31,19 @@ _CONSONANTS = "bcdfghjklmnprstvwxz"
 _VOWELS = "aeiou"
 _KEYBOARD = "qwertyuiopasdfghjklzxcvbnm"
 _CJK_FIRST, _CJK_LAST = 0x4E00, 0x9FA5
+
+
+class TermCounts(BaseModel):
+    """BM25 document frequencies over the active chunks (`TermStatistics`, as stored)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    chunks: int
+    df: dict[str, int] = Field(default_factory=dict)
+
+    def term_statistics(self) -> TermStatistics:
+        """:returns: The counts as `TermStatistics`."""
+        return TermStatistics.from_counts(self.chunks, self.df)
 
 
 class CollectionStatistics(BaseModel):
@@ -41,6 +58,8 @@ class CollectionStatistics(BaseModel):
     noise_probes: int = 0
     # per script of the probes (`en`, `zh`): the best chunk's normalized similarity, p50, p90, p95 and max
     noise_similarity: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # None in an index written before they were counted: lookups then count them from the collection
+    term_counts: TermCounts | None = None
 
     def summary(self) -> str:
         """One line for the index summary: languages and the noise ceilings."""
@@ -99,7 +118,7 @@ def compute_statistics(
     probes: int = NOISE_PROBES,
 ) -> CollectionStatistics:
     """
-    Count the language centroids and the noise ceiling over every chunk, one batch at a time.
+    Count the language centroids, the noise ceiling and the BM25 term counts over every chunk, a batch at a time.
 
     :param batches: The active chunks as batches of `(text, vector)`; the language is read from the text.
     :param embed_queries: The lookup embedder's query encoder (texts to unit vectors).
@@ -112,6 +131,7 @@ def compute_statistics(
     best = np.full(len(probe_vectors), -1.0, dtype=np.float32)
     sums: dict[str, np.ndarray] = {}
     counts: dict[str, int] = {}
+    df: Counter[str] = Counter()
     for batch in batches:
         if not batch:
             continue
@@ -121,6 +141,7 @@ def compute_statistics(
             language = script_language(text)
             sums[language] = sums.get(language, 0.0) + vector
             counts[language] = counts.get(language, 0) + 1
+            df.update(set(tokenize(text)))
     total = sum(counts.values())
     noise = (1 + best) / 2  # cosine to the normalized scale of `components.core.scores`
     by_script: dict[str, list[float]] = {}
@@ -133,6 +154,7 @@ def compute_statistics(
         language_centroids={lang: (sums[lang] / counts[lang]).round(6).tolist() for lang in counts},
         noise_probes=len(texts) if total else 0,
         noise_similarity={lang: _levels(values) for lang, values in by_script.items() if lang} if total else {},
+        term_counts=TermCounts(chunks=total, df=dict(sorted(df.items()))),
     )
 
 

@@ -62,6 +62,10 @@ def json_filter_expression(filters: dict[str, Any] | None, schema: CollectionSch
     raise FilterError(msg)
 
 
+#: the meta key under which searches asked for vectors return them (`{field: vector}`), for the retriever's own use
+VECTORS_META_KEY = "_vectors"
+
+
 class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
     """
     milvus-haystack's `MilvusDocumentStore` for collections that keep metadata in one JSON column.
@@ -80,15 +84,20 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
     ```
     """
 
-    def __init__(self, *, metadata_field: str = "metadata", **kwargs: Any) -> None:
+    def __init__(
+        self, *, metadata_field: str = "metadata", vector_output_fields: list[str] | None = None, **kwargs: Any
+    ) -> None:
         """
         Open the store (this connects, as `MilvusDocumentStore` does).
 
         :param metadata_field: The JSON metadata column.
+        :param vector_output_fields: Vector fields that embedding retrieval also returns, as
+            `meta[VECTORS_META_KEY][field]` (none by default: evidence needs no vectors).
         :param kwargs: `MilvusDocumentStore` arguments.
         """
         super().__init__(**kwargs)
         self.metadata_field = metadata_field
+        self.vector_output_fields = list(vector_output_fields or [])
         CollectionSchema(metadata_field=metadata_field).validate()
         self._schema = CollectionSchema(
             collection_name=self.collection_name,
@@ -106,6 +115,7 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
         """
         data = super().to_dict()
         data["init_parameters"]["metadata_field"] = self.metadata_field
+        data["init_parameters"]["vector_output_fields"] = self.vector_output_fields
         return data
 
     def _flatten(self, docs: list[Document]) -> list[Document]:
@@ -153,11 +163,14 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
             search_params=self.search_params,
             limit=top_k,
             filter=json_filter_expression(filters, self._schema),
-            output_fields=[self._primary_field, self._text_field, self.metadata_field],
+            output_fields=[self._primary_field, self._text_field, self.metadata_field, *self.vector_output_fields],
             partition_names=self.partition_names,
         )
         return self._flatten(self._parse_search_result(res, distance_to_score_fn=self._select_score_fn()))
 
     def _parse_document(self, data: dict) -> Document:
-        data.setdefault(self._vector_field, [])  # vectors are not fetched: they are not needed for evidence
+        vectors = {field: list(data.pop(field)) for field in self.vector_output_fields if field in data}
+        data.setdefault(self._vector_field, [])  # not Document.embedding: evidence needs no vectors
+        if vectors:
+            data[VECTORS_META_KEY] = vectors
         return super()._parse_document(data)

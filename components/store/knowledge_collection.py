@@ -8,7 +8,7 @@ is ever returned, and one cache of what is derived from the collection, keyed by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import fields, replace
 from typing import Any
 
@@ -21,7 +21,11 @@ from pymilvus import MilvusException
 
 from components.core.scores import normalized_similarity, raw_from_normalized
 from components.store.collection_statistics import CollectionStatistics, compute_statistics
-from components.store.json_metadata_document_store import JsonMetadataMilvusDocumentStore, json_filter_expression
+from components.store.json_metadata_document_store import (
+    VECTORS_META_KEY,
+    JsonMetadataMilvusDocumentStore,
+    json_filter_expression,
+)
 from components.store.knowledge_index import CachedKnowledgeIndex, IndexVersionCache
 from components.store.lexical import Bm25ChunkIndex, TermStatistics, lexical_text, tokenize
 from components.store.milvus_chunk_store import NOT_LOADED, CollectionDescription, MilvusChunkStore
@@ -31,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 DENSE_PATHS = ("haystack", "sdk")
 LEXICAL_SOURCES = ("auto", "milvus", "local")
+#: the BM25 search `prepare_lexical` runs so that Milvus has its BM25 index ready before the first lookup
+WARM_UP_QUERY = "index"
 
 
 class CollectionMismatchError(ValueError):
@@ -333,27 +339,20 @@ class KnowledgeCollection:
         :param ids: Chunk ids.
         :returns: Vector per id found; empty when the collection has no cross-lingual field.
         """
-        return self.candidate_vectors(ids, dense=False)[1]
+        fields = self.vector_fields(dense=False, crosslingual=True)
+        return self.store.get_vectors(ids, fields)[fields[0]] if fields and ids else {}
 
-    def candidate_vectors(
-        self, ids: list[str], dense: bool = True, crosslingual: bool = True
-    ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    def vector_fields(self, dense: bool = True, crosslingual: bool = True) -> list[str]:
         """
-        Fetch the dense and the cross-lingual vectors of some chunks in one request.
+        The vector fields to read with candidates (for `dense_search` and `fetch_scored`).
 
-        :param ids: Chunk ids.
-        :param dense: Fetch the dense (`vector_field`) vectors.
-        :param crosslingual: Fetch the cross-lingual vectors (where the collection has the field).
-        :returns: `(dense, crosslingual)`: vector per id found; a dict is empty where not asked for or, for
-            cross-lingual vectors, where the collection has no such field.
+        :param dense: The dense (`vector_field`) vectors.
+        :param crosslingual: The cross-lingual vectors, where the collection has the field.
+        :returns: The field names, dense first.
         """
         s = self._schema
         crosslingual = crosslingual and bool(s.crosslingual_field) and s.crosslingual_field in self._require().fields
-        fields = [f for f, wanted in ((s.vector_field, dense), (s.crosslingual_field, crosslingual)) if wanted]
-        if not fields or not ids:
-            return {}, {}
-        vectors = self.store.get_vectors(ids, fields)
-        return vectors.get(s.vector_field, {}) if dense else {}, vectors.get(s.crosslingual_field, {})
+        return [f for f, wanted in ((s.vector_field, dense), (s.crosslingual_field, crosslingual)) if wanted]
 
     def has_crosslingual(self) -> bool:
         """
@@ -372,7 +371,7 @@ class KnowledgeCollection:
 
     # --- dense search ---------------------------------------------------------------------------------------
 
-    def _haystack_retriever(self) -> MilvusEmbeddingRetriever:
+    def _haystack_retriever(self, vector_fields: tuple[str, ...] = ()) -> MilvusEmbeddingRetriever:
         self._require()
         s = self._schema
         connection: dict[str, Any] = {"uri": self.uri, **client_options(self.uri)}
@@ -380,6 +379,7 @@ class KnowledgeCollection:
             connection["token"] = self.token
         store = JsonMetadataMilvusDocumentStore(
             metadata_field=s.metadata_field,
+            vector_output_fields=list(vector_fields),
             connection_args=connection,
             collection_name=s.collection_name,
             primary_field=s.id_field,
@@ -391,21 +391,32 @@ class KnowledgeCollection:
         # no init filters: the retriever's `filters or self.filters` must never re-apply an old filter
         return MilvusEmbeddingRetriever(document_store=store, filters=None)
 
-    def connect(self, path: str) -> None:
+    def _cached_haystack_retriever(self, vector_fields: tuple[str, ...]) -> MilvusEmbeddingRetriever:
+        return self._cache.get(
+            f"haystack_retriever:{','.join(vector_fields)}", lambda: self._haystack_retriever(vector_fields)
+        )
+
+    def connect(self, path: str, vector_fields: Sequence[str] = ()) -> None:
         """
         Open a dense search path now rather than at the first search.
 
         :param path: `haystack` or `sdk`.
+        :param vector_fields: The vector fields its searches will return (`dense_search`).
         :raises LookupError: If the collection does not exist.
         """
         if path == "haystack":
-            self._cache.get("haystack_retriever", self._haystack_retriever)
+            self._cached_haystack_retriever(tuple(vector_fields))
         else:
             self._require()
             self.store.load()
 
     def dense_search(
-        self, vector: list[float], top_k: int, filters: dict[str, Any] | None = None, path: str = "sdk"
+        self,
+        vector: list[float],
+        top_k: int,
+        filters: dict[str, Any] | None = None,
+        path: str = "sdk",
+        vector_fields: Sequence[str] = (),
     ) -> list[Document]:
         """
         Vector search.
@@ -414,6 +425,8 @@ class KnowledgeCollection:
         :param top_k: Number of hits.
         :param filters: Haystack filters on `meta.<key>` (values are always quoted literals, never pasted text).
         :param path: `haystack` (milvus-haystack) or `sdk` (pymilvus).
+        :param vector_fields: Vector fields returned with the hits, in the same request (`vector_fields()`), as
+            `meta[VECTORS_META_KEY]`: `{field: vector}`.
         :returns: Documents, best first: `score` is the normalized similarity, meta has `raw_score`,
             `score_semantics` and `retrieval_path`.
         :raises ValueError: For an unknown path.
@@ -423,11 +436,13 @@ class KnowledgeCollection:
             msg = f"path={path!r} is not a dense search path; use one of {list(DENSE_PATHS)}"
             raise ValueError(msg)
         if path == "haystack":
-            return self._search_haystack(vector, top_k, filters)
-        return self._search_sdk(vector, top_k, filters)
+            return self._search_haystack(vector, top_k, filters, tuple(vector_fields))
+        return self._search_sdk(vector, top_k, filters, tuple(vector_fields))
 
-    def _search_haystack(self, vector: list[float], top_k: int, filters: dict[str, Any] | None) -> list[Document]:
-        retriever = self._cache.get("haystack_retriever", self._haystack_retriever)
+    def _search_haystack(
+        self, vector: list[float], top_k: int, filters: dict[str, Any] | None, vector_fields: tuple[str, ...]
+    ) -> list[Document]:
+        retriever = self._cached_haystack_retriever(vector_fields)
         metric = self._schema.metric_type
         try:
             found = retriever.run(query_embedding=vector, filters=filters, top_k=top_k)["documents"]
@@ -449,10 +464,13 @@ class KnowledgeCollection:
             out.append(replace(doc, meta=meta, score=min(1.0, max(0.0, similarity))))
         return out
 
-    def _search_sdk(self, vector: list[float], top_k: int, filters: dict[str, Any] | None) -> list[Document]:
+    def _search_sdk(
+        self, vector: list[float], top_k: int, filters: dict[str, Any] | None, vector_fields: tuple[str, ...]
+    ) -> list[Document]:
         self._require()
         metric = self._schema.metric_type
-        hits = self.store.search(vector, top_k=top_k, expr=json_filter_expression(filters, self._schema))
+        expr = json_filter_expression(filters, self._schema)
+        hits = self.store.search(vector, top_k=top_k, expr=expr, vector_fields=vector_fields)
         return [
             Document(
                 id=hit["id"],
@@ -463,21 +481,23 @@ class KnowledgeCollection:
                     "raw_score": hit["distance"],
                     "score_semantics": SEMANTICS[metric],
                     "retrieval_path": "sdk",
+                    **({VECTORS_META_KEY: hit["vectors"]} if vector_fields else {}),
                 },
             )
             for hit in hits
         ]
 
-    def fetch_scored(self, ids: list[str], vector: list[float]) -> list[Document]:
+    def fetch_scored(self, ids: list[str], vector: list[float], vector_fields: Sequence[str] = ()) -> list[Document]:
         """
         Fetch chunks by id and score them against a query vector, as Milvus would (for chunks found another way).
 
         :param ids: Chunk ids.
         :param vector: The query vector.
+        :param vector_fields: Vector fields returned with the chunks, as in `dense_search`.
         :returns: Documents with the normalized similarity as `score` and `raw_score`, `score_semantics` in meta;
             ids that do not exist are left out.
         """
-        rows = self.store.get_rows(ids)
+        rows = self.store.get_rows(ids, vector_fields)
         if not rows:
             return []
         metric = self._schema.metric_type
@@ -489,7 +509,12 @@ class KnowledgeCollection:
                 id=row["id"],
                 content=row["content"],
                 score=normalized_similarity(float(value), metric),
-                meta={**row["metadata"], "raw_score": float(value), "score_semantics": SEMANTICS[metric]},
+                meta={
+                    **row["metadata"],
+                    "raw_score": float(value),
+                    "score_semantics": SEMANTICS[metric],
+                    **({VECTORS_META_KEY: row["vectors"]} if vector_fields else {}),
+                },
             )
             for row, value in zip(rows, raw, strict=True)
         ]
@@ -558,7 +583,8 @@ class KnowledgeCollection:
 
     def prepare_lexical(self, source: str = "auto", statistics: bool = False) -> str:
         """
-        Read now what the first lexical search would otherwise wait for: the in-process index, or term statistics.
+        Read now what the first lexical search would otherwise wait for: the in-process index, or term statistics,
+        and Milvus' own BM25 index (Milvus Lite builds each segment's at its first search: seconds at 100k chunks).
 
         :param source: The lexical source, as for `lexical_search`.
         :param statistics: Also count the term statistics (needed to normalize BM25 by the query's ideal score).
@@ -567,11 +593,14 @@ class KnowledgeCollection:
         path = self._lexical_path(source)
         if path == "local" or statistics:
             self.term_statistics(source)
+        if path == "milvus":
+            self.lexical_search(WARM_UP_QUERY, 1, source="milvus")
         return path
 
     def term_statistics(self, source: str = "auto") -> TermStatistics:
         """
-        BM25 term statistics of the collection's chunks (counted once per index version).
+        BM25 term statistics of the collection's chunks: as the index run counted them, else (an index written
+        before they were stored, or by another tool) counted here once per index version.
 
         :param source: The lexical source in use; with the in-process index the statistics come from it.
         :returns: The statistics.
@@ -581,6 +610,9 @@ class KnowledgeCollection:
         return self._cache.get("term_statistics", self._count_terms)
 
     def _count_terms(self) -> TermStatistics:
+        statistics = self.statistics()
+        if statistics is not None and statistics.term_counts is not None:  # counted by the index run
+            return statistics.term_counts.term_statistics()
         rows = self.store.scan_metadata(keys=(), with_content=True)
         return TermStatistics(tokenize(r["content"]) for r in rows)
 

@@ -153,6 +153,19 @@ class TermStatistics:
             self.chunks += 1
             self.df.update(set(terms))
 
+    @classmethod
+    def from_counts(cls, chunks: int, df: dict[str, int]) -> TermStatistics:
+        """
+        Statistics counted before (`TermCounts` stored with the index).
+
+        :param chunks: Number of chunks counted.
+        :param df: Chunks per term.
+        :returns: The statistics.
+        """
+        statistics = cls(())
+        statistics.chunks, statistics.df = chunks, Counter(df)
+        return statistics
+
     def idf(self, term: str) -> float:
         """
         :param term: A BM25 term.

@@ -354,21 +354,24 @@ class MilvusChunkStore:
         finally:
             iterator.close()
 
-    def get_rows(self, ids: list[str]) -> list[dict[str, Any]]:
+    def get_rows(self, ids: list[str], vector_fields: Sequence[str] = ()) -> list[dict[str, Any]]:
         """
         Fetch rows by primary key, vectors included.
 
         :param ids: Primary keys.
-        :returns: `{id, content, metadata, vector}` per row found.
+        :param vector_fields: Other vector fields read in the same request.
+        :returns: `{id, content, metadata, vector, vectors}` per row found (`vectors`: `{field: vector}` of
+            `vector_fields`).
         """
         if not ids:
             return []
         self.load()
         s = self.schema
+        others = [f for f in vector_fields if f != s.vector_field]
         rows = self.client.get(
             s.collection_name,
             ids=ids,
-            output_fields=[s.content_field, s.metadata_field, s.vector_field],
+            output_fields=[s.content_field, s.metadata_field, s.vector_field, *others],
             consistency_level=self.consistency_level,
         )
         return [
@@ -377,6 +380,7 @@ class MilvusChunkStore:
                 "content": row.get(s.content_field, ""),
                 "metadata": row.get(s.metadata_field) or {},
                 "vector": list(row[s.vector_field]),
+                "vectors": {f: list(row[f]) for f in vector_fields},
             }
             for row in rows
         ]
@@ -399,14 +403,17 @@ class MilvusChunkStore:
         )
         return {field: {row[s.id_field]: list(row[field]) for row in rows} for field in fields}
 
-    def search(self, vector: list[float], top_k: int, expr: str = "") -> list[dict[str, Any]]:
+    def search(
+        self, vector: list[float], top_k: int, expr: str = "", vector_fields: Sequence[str] = ()
+    ) -> list[dict[str, Any]]:
         """
         Vector search with an optional filter expression.
 
         :param vector: The query vector.
         :param top_k: Number of hits.
         :param expr: A filter expression built only with `string_literal` for values.
-        :returns: Hits as `{id, distance, content, metadata}`.
+        :param vector_fields: Vector fields returned with each hit.
+        :returns: Hits as `{id, distance, content, metadata, vectors}` (`vectors`: `{field: vector}`).
         """
         self.load()
         s = self.schema
@@ -416,7 +423,7 @@ class MilvusChunkStore:
             anns_field=s.vector_field,
             limit=top_k,
             filter=expr,
-            output_fields=[s.content_field, s.metadata_field],
+            output_fields=[s.content_field, s.metadata_field, *vector_fields],
             search_params={"metric_type": s.metric_type},
             consistency_level=self.consistency_level,
         )
@@ -426,6 +433,7 @@ class MilvusChunkStore:
                 "distance": float(hit["distance"]),
                 "content": hit["entity"].get(s.content_field, ""),
                 "metadata": hit["entity"].get(s.metadata_field) or {},
+                "vectors": {f: list(hit["entity"][f]) for f in vector_fields},
             }
             for hit in res[0]
         ]

@@ -723,6 +723,26 @@ class TestFilteredRetryRetriever:
         with_bonus.close()
 
     @pytest.mark.integration
+    @pytest.mark.parametrize("mode", ["haystack", "sdk"])
+    def test_balancing_reads_the_vectors_with_the_search_and_returns_none(self, knowledge_data, mode):
+        collection = KnowledgeCollection(
+            uri=str(knowledge_data / "milvus.db"), index_path=str(knowledge_data / "knowledge_index.json")
+        )
+        retriever = FilteredRetryRetriever(collection, mode=mode)
+        query = "how long do refunds take?"
+        query_vector = embed_crosslingual(query)
+        out = retriever.run(query_embedding=embed(query), query=query, crosslingual_embedding=query_vector)
+        candidates = out["candidates"]
+        assert candidates and all(d.embedding is None and "_vectors" not in d.meta for d in candidates)
+        # each similarity is the one of that chunk's own stored vector, read here by id in a request of its own
+        stored = collection.crosslingual_vectors([d.id for d in candidates])
+        unit = np.asarray(query_vector) / np.linalg.norm(query_vector)
+        for doc in candidates:
+            expected = float(np.asarray(stored[doc.id]) @ unit / np.linalg.norm(stored[doc.id]))
+            assert doc.meta["crosslingual_similarity"] == pytest.approx(expected, abs=1e-4)
+        retriever.close()
+
+    @pytest.mark.integration
     def test_crosslingual_bonus_needs_the_query_vector_and_the_collection_field(self, knowledge_data, monkeypatch):
         retriever = FilteredRetryRetriever(
             KnowledgeCollection(
@@ -733,12 +753,12 @@ class TestFilteredRetryRetriever:
         no_query_vector = retriever.run(query_embedding=embed(query), query=query)
         assert no_query_vector["retrieval_trace"]["attempts"][0]["crosslingual"] is None
         assert all("crosslingual_bonus" not in d.meta for d in no_query_vector["candidates"])
-        fetch = retriever.collection.candidate_vectors
+        fields = retriever.collection.vector_fields
 
-        def without_crosslingual(ids, dense=True, crosslingual=True):  # as if indexed without them
-            return fetch(ids, dense, False)
+        def without_crosslingual(dense=True, crosslingual=True):  # as if indexed without them
+            return fields(dense, False)
 
-        monkeypatch.setattr(retriever.collection, "candidate_vectors", without_crosslingual)
+        monkeypatch.setattr(retriever.collection, "vector_fields", without_crosslingual)
         no_field = retriever.run(
             query_embedding=embed(query), query=query, crosslingual_embedding=embed_crosslingual(query)
         )
@@ -801,7 +821,7 @@ class TestFilteredRetryRetriever:
         out = retriever.run(query_embedding=embed(query), query=query, crosslingual_embedding=embed_crosslingual(query))
         retriever.close()
         attempt = out["retrieval_trace"]["attempts"][0]
-        assert set(attempt["stage_ms"]) == {"dense", "lexical", "lexical_wait", "lexical_fetch", "vectors"}
+        assert set(attempt["stage_ms"]) == {"dense", "lexical", "lexical_wait", "lexical_fetch", "balance"}
         assert all(ms >= 0 for ms in attempt["stage_ms"].values())
         # the stages happen inside the attempt; BM25 overlaps the dense search, so the sum may exceed it
         inside = sum(ms for stage, ms in attempt["stage_ms"].items() if stage not in ("lexical",))

@@ -41,6 +41,7 @@ class TestRunBench:
         assert 0 < figures["index_throughput_ratio"] < 2
         assert figures["embedders"] == ["multilingual-e5-small", "use-multilingual-v3"]
         assert figures["cold_start_s"] == figures["cold_start_runs_s"][0] > 0
+        assert 100 < figures["ask_peak_rss_mb"] < 4000  # one fresh `ask` process: models, pipeline, Milvus Lite
         assert figures["configuration"]["queries"] == 3 and figures["units"]["latency"] == "ms"
 
     def test_stages_account_for_the_lookup(self, tiny_kb: Path, tmp_path: Path):

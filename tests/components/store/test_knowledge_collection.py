@@ -11,11 +11,13 @@ from haystack.utils import Secret
 from components.core.embedding_backends import get_backend
 from components.milvus_chunk_writer import MilvusChunkWriter
 from components.store.knowledge_collection import (
+    WARM_UP_QUERY,
     CollectionMismatchError,
     KnowledgeCollection,
     deserialize_collection_inplace,
 )
 from components.store.knowledge_index import KnowledgeIndex
+from components.store.lexical import TermStatistics, lexical_text, tokenize
 from components.store.schema import CollectionSchema
 from tests.conftest import index_tiny_kb
 
@@ -332,6 +334,47 @@ class TestKnowledgeCollection:
     def test_an_unknown_lexical_source_is_rejected(self):
         with pytest.raises(ValueError, match="lexical_source='elastic'"):
             KnowledgeCollection().lexical_search("disk", 3, source="elastic")
+
+    @pytest.mark.integration
+    def test_preparing_bm25_in_milvus_runs_a_search_so_the_first_lookup_does_not_build_its_index(
+        self, make_collection, monkeypatch
+    ):
+        collection = make_collection()
+        searches: list[str] = []
+        search = collection.store.full_text_search
+
+        def counted(text, *args, **kwargs):
+            searches.append(text)
+            return search(text, *args, **kwargs)
+
+        monkeypatch.setattr(collection.store, "full_text_search", counted)
+        assert collection.prepare_lexical("milvus") == "milvus"
+        assert searches == [lexical_text(WARM_UP_QUERY)]
+        assert collection.prepare_lexical("local") == "local" and len(searches) == 1  # in-process: no Milvus search
+
+    @pytest.mark.integration
+    def test_term_statistics_come_with_the_index_without_reading_the_chunks(self, make_collection, monkeypatch):
+        collection = make_collection()
+        rows = collection.store.scan_metadata(keys=(), with_content=True)
+        counted = TermStatistics(tokenize(r["content"]) for r in rows)
+
+        def no_scan(*args, **kwargs):
+            raise AssertionError("term statistics read every chunk back")
+
+        monkeypatch.setattr(collection.store, "scan_metadata", no_scan)
+        stats = collection.term_statistics("milvus")
+        assert stats.chunks == counted.chunks == len(rows) and stats.df == counted.df
+
+    @pytest.mark.integration
+    def test_an_index_without_term_counts_has_them_counted_from_the_collection(
+        self, make_collection, data_dir, tmp_path
+    ):
+        index = KnowledgeIndex.load(data_dir / "knowledge_index.json")
+        stored = index.statistics.term_counts
+        index.statistics.term_counts = None  # as written before they were stored
+        index.save(tmp_path / "knowledge_index.json")
+        stats = make_collection(index_path=str(tmp_path / "knowledge_index.json")).term_statistics("milvus")
+        assert stats.chunks == stored.chunks and stats.df == stored.df
 
     # --- one cache, keyed by the index version ----------------------------------------------------------------
 
