@@ -350,6 +350,8 @@ class TestKnowledgeCollection:
         monkeypatch.setattr(collection.store, "full_text_search", counted)
         assert collection.prepare_lexical("milvus") == "milvus"
         assert searches == [lexical_text(WARM_UP_QUERY)]
+        assert collection.prepare_lexical("milvus") == "milvus"  # Pipeline.run warms up before every lookup
+        assert len(searches) == 1
         assert collection.prepare_lexical("local") == "local" and len(searches) == 1  # in-process: no Milvus search
 
     @pytest.mark.integration
