@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
 from components.core.text_matching import script_language
 from components.store.lexical import TermStatistics, tokenize
@@ -38,8 +38,9 @@ class TermCounts(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    chunks: int
-    df: dict[str, int] = Field(default_factory=dict)
+    # counts, never negative: a damaged or edited index file is refused on load, not divided by in a lookup
+    chunks: NonNegativeInt
+    df: dict[str, NonNegativeInt] = Field(default_factory=dict)
 
     def term_statistics(self) -> TermStatistics:
         """:returns: The counts as `TermStatistics`."""

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import asdict
 from pathlib import Path
@@ -377,6 +378,15 @@ class TestKnowledgeCollection:
         index.save(tmp_path / "knowledge_index.json")
         stats = make_collection(index_path=str(tmp_path / "knowledge_index.json")).term_statistics("milvus")
         assert stats.chunks == stored.chunks and stats.df == stored.df
+
+    @pytest.mark.integration
+    def test_an_index_with_negative_term_counts_is_refused_on_load(self, data_dir, tmp_path):
+        data = json.loads((data_dir / "knowledge_index.json").read_text(encoding="utf-8"))
+        df = data["statistics"]["term_counts"]["df"]
+        df[next(iter(df))] = -1
+        (tmp_path / "knowledge_index.json").write_text(json.dumps(data), encoding="utf-8")
+        with pytest.raises(ValueError, match="greater than or equal to 0"):
+            KnowledgeIndex.load(tmp_path / "knowledge_index.json")
 
     # --- one cache, keyed by the index version ----------------------------------------------------------------
 
