@@ -3,7 +3,7 @@ from __future__ import annotations
 import statistics as stats
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
@@ -24,6 +24,7 @@ from components.store.knowledge_collection import (
     deserialize_collection_inplace,
 )
 from components.store.lexical import tokenize
+from components.store.vector_table import VectorTable
 
 logger = logging.getLogger(__name__)
 
@@ -236,7 +237,8 @@ class FilteredRetryRetriever:
             return
         try:
             self.collection.warm_up()
-            self.collection.connect("sdk" if self.mode == "sdk" else "haystack", self._vector_fields(True))
+            # opens the vector table too (once per index version), so the first lookup does not wait for it
+            self.collection.connect("sdk" if self.mode == "sdk" else "haystack", self._vector_fields(True)[0])
             if self.lexical_weight > 0:
                 self.collection.prepare_lexical(self.lexical_source, statistics=True)
         except CollectionMismatchError:
@@ -262,17 +264,24 @@ class FilteredRetryRetriever:
     def _filters(self, category: str) -> dict[str, Any] | None:
         return {"field": f"meta.{self.category_key}", "operator": "==", "value": category} if category else None
 
-    def _vector_fields(self, crosslingual_query: bool) -> tuple[str, ...]:
-        """The vector fields that language balancing reads with the candidates (none where it does not apply)."""
+    def _vector_fields(self, crosslingual_query: bool) -> tuple[tuple[str, ...], VectorTable | None]:
+        """
+        The vector fields language balancing reads (none where it does not apply), and the table holding them.
+
+        With the index run's vector table the search returns no vectors and balancing reads the table; without
+        one (None), the search returns them.
+        """
         if (self.language_balance == 0 and self.crosslingual_weight == 0) or not is_multilingual(
             self.collection.statistics()
         ):
-            return ()
-        return tuple(
+            return (), None
+        fields = tuple(
             self.collection.vector_fields(
                 dense=self.language_balance > 0, crosslingual=self.crosslingual_weight > 0 and crosslingual_query
             )
         )
+        table = self.collection.vector_table() if fields else None
+        return fields, table if table is not None and set(fields) <= set(table.fields) else None
 
     def _search(
         self, vector: list[float], category: str, limit: int, attempt: dict[str, Any], fields: tuple[str, ...]
@@ -335,6 +344,8 @@ class FilteredRetryRetriever:
         query: str,
         crosslingual: list[float],
         attempt: dict,
+        fields: tuple[str, ...],
+        table: VectorTable | None,
     ) -> list[Document]:
         statistics = self.collection.statistics()
         if (self.language_balance == 0 and self.crosslingual_weight == 0) or not is_multilingual(statistics):
@@ -344,7 +355,7 @@ class FilteredRetryRetriever:
         offsets: dict[str, float] = {}
         schema = self.collection.schema
         vectors, crosslingual_vectors = (
-            {d.id: d.meta[VECTORS_META_KEY][field] for d in hits if field in d.meta.get(VECTORS_META_KEY, {})}
+            self._candidate_vectors(hits, field, table) if field in fields else {}
             for field in (schema.vector_field, schema.crosslingual_field)
         )
         if self.language_balance > 0:
@@ -362,9 +373,22 @@ class FilteredRetryRetriever:
             scores[doc.id] = scores[doc.id] - offset + bonus
         return sorted(hits, key=lambda d: -scores[d.id])
 
+    def _candidate_vectors(
+        self, hits: list[Document], field: str, table: VectorTable | None
+    ) -> dict[str, Sequence[float] | np.ndarray]:
+        """One vector field of the hits: from the index run's table (Milvus for any it lacks), else their meta."""
+        if table is None:
+            return {d.id: d.meta[VECTORS_META_KEY][field] for d in hits if field in d.meta.get(VECTORS_META_KEY, {})}
+        ids = [d.id for d in hits]
+        found: dict[str, Sequence[float] | np.ndarray] = {**table.vectors(ids, field)}
+        missing = [i for i in ids if i not in found]  # written after the table (an index run under way)
+        if missing:
+            found.update(self.collection.store.get_vectors(missing, [field])[field])
+        return found
+
     def _crosslingual_bonuses(
         self,
-        vectors: dict[str, list[float]],
+        vectors: dict[str, Sequence[float] | np.ndarray],
         languages: dict[str, str],
         query_language: str,
         crosslingual: list[float],
@@ -437,6 +461,7 @@ class FilteredRetryRetriever:
             "top_score": None,
             "lexical_path": None,
             "crosslingual": None,
+            "vectors": None,
             "latency_ms": 0.0,
             "stage_ms": {},
             "error": None,
@@ -445,7 +470,9 @@ class FilteredRetryRetriever:
         docs: list[Document] = []
         depth = max(self.search_depth or top_k, top_k)
         try:
-            fields = self._vector_fields(bool(crosslingual))
+            fields, table = self._vector_fields(bool(crosslingual))
+            attempt["vectors"] = ("table" if table is not None else "search") if fields else None
+            searched_fields = () if table is not None else fields
             lexical = (
                 self._workers().submit(self._lexical, query, category, depth)
                 if self.lexical_weight > 0 and query
@@ -453,16 +480,16 @@ class FilteredRetryRetriever:
             )
             with _stage(attempt, "dense"):
                 # headroom for superseded versions; the vectors language balancing needs come in the same request
-                hits = self._search(vector, category, depth * 2, attempt, fields)
+                hits = self._search(vector, category, depth * 2, attempt, searched_fields)
             # the hits are this attempt's own: their meta is completed in place and their rank score kept apart,
             # so that each kept candidate is copied once, at the end (Document.score is the final rank score)
             scores = {d.id: d.score or 0.0 for d in hits}
             for d in hits:
                 d.meta["similarity"] = d.score
             if lexical is not None:
-                hits = self._with_lexical(hits, scores, vector, query, lexical, attempt, fields)
+                hits = self._with_lexical(hits, scores, vector, query, lexical, attempt, searched_fields)
             with _stage(attempt, "balance"):
-                hits = self._balance_languages(hits, scores, vector, query, crosslingual, attempt)
+                hits = self._balance_languages(hits, scores, vector, query, crosslingual, attempt, fields, table)
             attempt["raw_hits"] = len(hits)
             active, attempt["stale_dropped"] = self.collection.drop_superseded(hits)
             usable = [d for d in active if similarity_of(d) >= self.evidence_threshold]

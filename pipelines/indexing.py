@@ -30,6 +30,7 @@ from components.offline_document_embedder import OfflineDocumentEmbedder
 from components.store.collection_statistics import CollectionStatistics
 from components.store.knowledge_index import IndexedDocument, KnowledgeIndex, term_category_counts
 from components.store.schema import CROSSLINGUAL_META_KEY
+from components.store.vector_table import VectorTable
 from pipelines.loading import load_pipeline_file, node_of_type
 from pipelines.settings import DEFAULT_INDEXING_PIPELINE, Deployment
 
@@ -362,6 +363,8 @@ class KnowledgeIndexer:
         index.statistics = self._statistics(previous, unchanged, active_versions)
         if index.statistics != previous.statistics:
             index.save(self.deployment.index_path)
+        # the earlier runs' tables, once the index names this run's (a lookup still reading one keeps its file open)
+        VectorTable.remove_others(self.deployment.index_path.parent, index.statistics.vector_table)
         return index
 
     def _statistics(
@@ -369,10 +372,20 @@ class KnowledgeIndexer:
     ) -> CollectionStatistics:
         """The collection's statistics: the previous run's when nothing changed, else counted again."""
         kept = previous.statistics
-        if unchanged and kept and kept.embedding_model == self.embedding_model and kept.term_counts is not None:
+        folder = self.deployment.index_path.parent
+        if (
+            unchanged
+            and kept
+            and kept.embedding_model == self.embedding_model
+            and kept.term_counts is not None
+            and kept.vector_table
+            and (folder / kept.vector_table).is_file()
+        ):
             return kept
         backend = get_backend(self.embedding_model)
-        return self.collection.compute_statistics(backend.embed_queries, self.embedding_model, active_versions)
+        return self.collection.compute_statistics(
+            backend.embed_queries, self.embedding_model, active_versions, table_folder=folder
+        )
 
     def close(self) -> None:
         """Release the Milvus connection."""

@@ -74,10 +74,13 @@ class RetrievalAttempt(_Contract):
     #: the cross-lingual bonus: `status` applied (with the same-language `reference` and how many candidates were
     #: `adjusted`) or no_vectors (the collection has none); None where it did not apply (one language, weight 0)
     crosslingual: dict[str, Any] | None = None
+    #: where language balancing read the candidates' vectors: `table` (the index run's vector table), `search` (with
+    #: the dense search), None where balancing did not apply
+    vectors: str | None = None
     latency_ms: float = 0.0
     #: where the attempt's time went, in ms: `dense` (search), `lexical` (the BM25 search, run beside the dense one),
     #: `lexical_wait` (how long the attempt waited for it after the dense search), `lexical_fetch` (chunks only BM25
-    #: found), `vectors` (the candidates' vectors for the language balance and cross-lingual bonus); absent: not run
+    #: found), `balance` (the language balance and cross-lingual bonus, vectors read included); absent: not run
     stage_ms: dict[str, float] = Field(default_factory=dict)
     error: str | None = None
     fallback: dict[str, str] | None = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
@@ -61,6 +61,9 @@ class CollectionStatistics(BaseModel):
     noise_similarity: dict[str, dict[str, float]] = Field(default_factory=dict)
     # None in an index written before they were counted: lookups then count them from the collection
     term_counts: TermCounts | None = None
+    # the file beside the index holding the active chunks' vectors (`VectorTable`); None: lookups read them from
+    # Milvus with each search
+    vector_table: str | None = None
 
     def summary(self) -> str:
         """One line for the index summary: languages and the noise ceilings."""
@@ -172,7 +175,7 @@ def _levels(values: list[float]) -> dict[str, float]:
 def language_offsets(
     query: Sequence[float],
     query_language: str,
-    vectors: dict[str, list[float]],
+    vectors: Mapping[str, Sequence[float] | np.ndarray],
     languages: dict[str, str],
     statistics: CollectionStatistics | None,
     weight: float,

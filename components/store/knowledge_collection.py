@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import fields, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ from components.store.knowledge_index import CachedKnowledgeIndex, IndexVersionC
 from components.store.lexical import Bm25ChunkIndex, TermStatistics, lexical_text, tokenize
 from components.store.milvus_chunk_store import NOT_LOADED, CollectionDescription, MilvusChunkStore
 from components.store.schema import SEMANTICS, CollectionSchema, client_options
+from components.store.vector_table import VectorTable, table_rows
 
 logger = logging.getLogger(__name__)
 
@@ -628,7 +630,11 @@ class KnowledgeCollection:
         return self._versions.get()[0].statistics
 
     def compute_statistics(
-        self, embed_queries: Callable[[list[str]], np.ndarray], embedding_model: str, active: dict[str, str]
+        self,
+        embed_queries: Callable[[list[str]], np.ndarray],
+        embedding_model: str,
+        active: dict[str, str],
+        table_folder: str | Path | None = None,
     ) -> CollectionStatistics:
         """
         Count the statistics over the collection's active chunks (one pass over the rows, a batch at a time).
@@ -637,19 +643,53 @@ class KnowledgeCollection:
         :param embedding_model: Its name.
         :param active: The active version per source; rows of other versions are left out, rows without a
             version (written by another tool) counted.
+        :param table_folder: Also write the active chunks' vectors (every vector field) as a `VectorTable` file
+            into this folder, named in the statistics' `vector_table` (None: no table).
         :returns: The statistics.
         """
+        s = self._schema
+        fields = self.vector_fields(dense=True, crosslingual=True) if table_folder is not None else [s.vector_field]
+        dimensions = {s.vector_field: s.dimension, s.crosslingual_field: s.crosslingual_dimension}
+        parts: list[np.ndarray] = []
 
         def batches() -> Iterator[list[tuple[str, list[float]]]]:
-            for rows in self.store.iter_rows(with_content=True, with_vectors=True):
-                yield [
-                    (row["content"], row["vector"])
+            for rows in self.store.iter_rows(with_content=True, vector_fields=fields):
+                kept = [
+                    row
                     for row in rows
                     if not row["metadata"].get("doc_version")
                     or active.get(row["metadata"].get("source", "")) == row["metadata"]["doc_version"]
                 ]
+                if table_folder is not None and kept:
+                    parts.append(
+                        table_rows([(row["id"], row["vectors"]) for row in kept], {f: dimensions[f] for f in fields})
+                    )
+                yield [(row["content"], row["vectors"][s.vector_field]) for row in kept]
 
-        return compute_statistics(batches(), embed_queries, embedding_model)
+        statistics = compute_statistics(batches(), embed_queries, embedding_model)
+        if parts:
+            assert table_folder is not None
+            statistics.vector_table = VectorTable.write(table_folder, parts)
+        return statistics
+
+    def vector_table(self) -> VectorTable | None:
+        """
+        The active chunks' vectors as the index run wrote them, opened once per index version.
+
+        :returns: The table, or None when the index names none, or its file is missing or damaged (logged: lookups
+            then read the vectors from Milvus with each search, as before tables existed).
+        """
+        return self._cache.get("vector_table", self._open_vector_table)
+
+    def _open_vector_table(self) -> VectorTable | None:
+        statistics = self.statistics()
+        if statistics is None or not statistics.vector_table:
+            return None
+        try:
+            return VectorTable.open(Path(self.index_path).parent, statistics.vector_table)
+        except ValueError as err:
+            logger.warning("Reading vectors from Milvus instead of the vector table: {error}", error=err)
+            return None
 
     # --- versions and scans ---------------------------------------------------------------------------------
 

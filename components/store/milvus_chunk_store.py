@@ -318,21 +318,21 @@ class MilvusChunkStore:
         return rows
 
     def iter_rows(
-        self, with_content: bool = False, with_vectors: bool = False, batch_size: int = 1000
+        self, with_content: bool = False, vector_fields: Sequence[str] = (), batch_size: int = 1000
     ) -> Iterator[list[dict[str, Any]]]:
         """
         Read every row, one batch at a time (memory stays at one batch whatever the collection's size).
 
         :param with_content: Also return the chunk text as `content`.
-        :param with_vectors: Also return the vector as `vector`.
+        :param vector_fields: Vector fields returned as `vectors`: `{field: vector}`.
         :param batch_size: Rows per batch.
-        :returns: Batches of `{id, metadata[, content][, vector]}`.
+        :returns: Batches of `{id, metadata[, content][, vectors]}`.
         """
         self.load()
         s = self.schema
         fields = [s.id_field, s.metadata_field]
         fields += [s.content_field] if with_content else []
-        fields += [s.vector_field] if with_vectors else []
+        fields += list(vector_fields)
         iterator = self.client.query_iterator(
             s.collection_name,
             batch_size=batch_size,
@@ -347,7 +347,7 @@ class MilvusChunkStore:
                         "id": row[s.id_field],
                         "metadata": row.get(s.metadata_field) or {},
                         **({"content": row.get(s.content_field, "")} if with_content else {}),
-                        **({"vector": list(row[s.vector_field])} if with_vectors else {}),
+                        **({"vectors": {f: list(row[f]) for f in vector_fields}} if vector_fields else {}),
                     }
                     for row in batch
                 ]

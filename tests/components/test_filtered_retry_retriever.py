@@ -20,6 +20,7 @@ from components.store.knowledge_index import KnowledgeIndex
 from components.store.lexical import TermStatistics, tokenize
 from components.store.milvus_chunk_store import MilvusChunkStore
 from components.store.schema import CollectionSchema
+from components.store.vector_table import VectorTable, table_rows
 from pipelines.evaluation import load_eval_set
 from tests.conftest import KNOWLEDGE_DIR, index_tiny_kb
 
@@ -724,14 +725,18 @@ class TestFilteredRetryRetriever:
 
     @pytest.mark.integration
     @pytest.mark.parametrize("mode", ["haystack", "sdk"])
-    def test_balancing_reads_the_vectors_with_the_search_and_returns_none(self, knowledge_data, mode):
+    @pytest.mark.parametrize("source", ["table", "search"])
+    def test_balancing_reads_each_candidates_own_vectors_and_returns_none(self, knowledge_data, mode, source):
         collection = KnowledgeCollection(
             uri=str(knowledge_data / "milvus.db"), index_path=str(knowledge_data / "knowledge_index.json")
         )
+        if source == "search":  # an index written before vector tables: the search returns the vectors
+            collection.vector_table = lambda: None
         retriever = FilteredRetryRetriever(collection, mode=mode)
         query = "how long do refunds take?"
         query_vector = embed_crosslingual(query)
         out = retriever.run(query_embedding=embed(query), query=query, crosslingual_embedding=query_vector)
+        assert out["retrieval_trace"]["attempts"][0]["vectors"] == source
         candidates = out["candidates"]
         assert candidates and all(d.embedding is None and "_vectors" not in d.meta for d in candidates)
         # each similarity is the one of that chunk's own stored vector, read here by id in a request of its own
@@ -741,6 +746,78 @@ class TestFilteredRetryRetriever:
             expected = float(np.asarray(stored[doc.id]) @ unit / np.linalg.norm(stored[doc.id]))
             assert doc.meta["crosslingual_similarity"] == pytest.approx(expected, abs=1e-4)
         retriever.close()
+
+    @staticmethod
+    def _ranking(knowledge_data: Path, query: str, collection_setup=None) -> tuple[list, dict]:
+        collection = KnowledgeCollection(
+            uri=str(knowledge_data / "milvus.db"), index_path=str(knowledge_data / "knowledge_index.json")
+        )
+        if collection_setup is not None:
+            collection_setup(collection)
+        retriever = FilteredRetryRetriever(collection)
+        out = retriever.run(query_embedding=embed(query), query=query, crosslingual_embedding=embed_crosslingual(query))
+        retriever.close()
+        ranking = [(d.id, d.score, d.meta) for d in out["candidates"]]
+        return ranking, out["retrieval_trace"]["attempts"][0]
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("query", ["how long do refunds take?", "磁盘满了怎么办", "rotate the API keys"])
+    def test_the_vector_table_ranks_exactly_as_vectors_read_with_the_search(self, knowledge_data, query, monkeypatch):
+        searched: list[tuple[str, ...]] = []
+        dense_search = KnowledgeCollection.dense_search
+
+        def spy(self, *args, **kwargs):
+            searched.append(tuple(kwargs.get("vector_fields", ())))
+            return dense_search(self, *args, **kwargs)
+
+        monkeypatch.setattr(KnowledgeCollection, "dense_search", spy)
+        from_table, attempt = self._ranking(knowledge_data, query)
+        assert attempt["vectors"] == "table" and searched == [()]  # no vectors came with the search
+        from_search, attempt = self._ranking(knowledge_data, query, lambda c: setattr(c, "vector_table", lambda: None))
+        assert attempt["vectors"] == "search" and searched[1] == ("vector", "crosslingual")
+        assert from_table == from_search  # ids, rank scores and every meta value, bit for bit
+
+    @pytest.mark.integration
+    def test_candidates_missing_from_the_table_are_read_from_milvus(self, knowledge_data, monkeypatch):
+        """A chunk written after the table (an index run under way) still gets its own vectors."""
+        query = "how long do refunds take?"
+        expected, _ = self._ranking(knowledge_data, query)
+        full = KnowledgeCollection(
+            uri=str(knowledge_data / "milvus.db"), index_path=str(knowledge_data / "knowledge_index.json")
+        ).vector_table()
+        ids = [row[0] for row in expected]
+        kept = ids[1::2]  # every other candidate is missing
+        fields = {"vector": 384, "crosslingual": 512}
+        part = table_rows([(i, {f: full.vectors([i], f)[i].tolist() for f in fields}) for i in kept], fields)
+        partial = VectorTable.open(knowledge_data.parent, VectorTable.write(knowledge_data.parent, [part]))
+        fetched: list[str] = []
+        get_vectors = MilvusChunkStore.get_vectors
+
+        def spy(self, ids, fields=()):
+            fetched.extend(ids)
+            return get_vectors(self, ids, fields)
+
+        monkeypatch.setattr(MilvusChunkStore, "get_vectors", spy)
+        ranking, attempt = self._ranking(knowledge_data, query, lambda c: setattr(c, "vector_table", lambda: partial))
+        assert attempt["vectors"] == "table" and ranking == expected
+        assert set(ids[::2]) <= set(fetched) and not set(kept) & set(fetched)
+
+    @pytest.mark.integration
+    def test_a_damaged_table_is_logged_and_the_vectors_come_with_the_search(self, knowledge_data, tmp_path, caplog):
+        query = "磁盘满了怎么办"
+        expected, _ = self._ranking(knowledge_data, query)
+        index = KnowledgeIndex.load(knowledge_data / "knowledge_index.json")
+        index.save(tmp_path / "knowledge_index.json")  # the same index, its table damaged
+        (tmp_path / index.statistics.vector_table).write_bytes(b"\x93NUMPY damaged")
+        collection = KnowledgeCollection(
+            uri=str(knowledge_data / "milvus.db"), index_path=str(tmp_path / "knowledge_index.json")
+        )
+        retriever = FilteredRetryRetriever(collection)
+        out = retriever.run(query_embedding=embed(query), query=query, crosslingual_embedding=embed_crosslingual(query))
+        retriever.close()
+        assert out["retrieval_trace"]["attempts"][0]["vectors"] == "search"
+        assert [(d.id, d.score, d.meta) for d in out["candidates"]] == expected
+        assert "not a readable vector table" in caplog.text
 
     @pytest.mark.integration
     def test_crosslingual_bonus_needs_the_query_vector_and_the_collection_field(self, knowledge_data, monkeypatch):

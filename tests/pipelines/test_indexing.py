@@ -10,6 +10,7 @@ import pytest
 from components.core.embedding_backends import get_backend
 from components.store.knowledge_collection import KnowledgeCollection
 from components.store.knowledge_index import KnowledgeIndex
+from components.store.vector_table import VectorTable
 from pipelines.indexing import KnowledgeIndexer
 from pipelines.settings import Deployment
 
@@ -193,6 +194,45 @@ class TestKnowledgeIndexer:
             KnowledgeIndexer(
                 Deployment.resolve(tmp_path), component_params={"embedder": {"model": "use-multilingual-v3"}}
             )
+
+    def test_the_run_writes_the_active_chunks_vectors_beside_the_index(self, indexer, tiny_kb):
+        folder = indexer.deployment.index_path.parent
+
+        def table_matches_the_store() -> str:
+            name = KnowledgeIndex.load(indexer.deployment.index_path).statistics.vector_table
+            table = VectorTable.open(folder, name)
+            active = KnowledgeIndex.load(indexer.deployment.index_path).active_versions()
+            ids = [r["id"] for r in indexer.collection.store.scan_metadata() if active[r["source"]] == r["doc_version"]]
+            fields = indexer.collection.vector_fields()  # both where the collection has the cross-lingual field
+            assert len(table) == len(ids) and set(table.fields) == set(fields) and fields[0] == "vector"
+            stored = indexer.collection.store.get_vectors(ids, fields)
+            for field in fields:
+                read = table.vectors(ids, field)
+                assert all(read[i].tolist() == np.asarray(stored[field][i], np.float32).tolist() for i in ids)
+            assert sorted(p.name for p in folder.glob("knowledge_vectors-*")) == [name]  # earlier tables removed
+            return name
+
+        indexer.index(tiny_kb, progress=False)
+        first = table_matches_the_store()
+        path = tiny_kb / "alerts/disk.md"
+        path.write_text(path.read_text().replace("seven days", "three days, and page the storage team"))
+        indexer.index(tiny_kb, progress=False)
+        assert table_matches_the_store() != first  # the superseded version's chunks are not in the new table
+
+    def test_an_index_without_a_table_gets_one_at_the_next_run_without_re_embedding(
+        self, indexer, tiny_kb, monkeypatch
+    ):
+        indexer.index(tiny_kb, progress=False)
+        index = KnowledgeIndex.load(indexer.deployment.index_path)
+        (indexer.deployment.index_path.parent / index.statistics.vector_table).unlink()
+        index.statistics.vector_table = None  # as written before tables existed
+        index.save(indexer.deployment.index_path)
+        monkeypatch.setattr(
+            get_backend("multilingual-e5-small"), "embed_passages", lambda texts: pytest.fail("re-embedded")
+        )
+        indexer.index(tiny_kb, progress=False)
+        name = KnowledgeIndex.load(indexer.deployment.index_path).statistics.vector_table
+        assert name and len(VectorTable.open(indexer.deployment.index_path.parent, name)) == indexer.collection.count()
 
     def test_vectors_in_store_match_the_embedder(self, indexer, tiny_kb):
         indexer.index(tiny_kb, progress=False)
