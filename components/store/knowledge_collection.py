@@ -667,8 +667,7 @@ class KnowledgeCollection:
                 yield [(row["content"], row["vectors"][s.vector_field]) for row in kept]
 
         statistics = compute_statistics(batches(), embed_queries, embedding_model)
-        if parts:
-            assert table_folder is not None
+        if table_folder is not None and parts:
             statistics.vector_table = VectorTable.write(table_folder, parts)
         return statistics
 

@@ -27,7 +27,7 @@ class VectorTable:
     ### Usage example
 
     ```python
-    from components.store.vector_table import VectorTable
+    from components.store.vector_table import VectorTable, table_rows
 
     rows = table_rows([("c1", {"vector": v1}), ("c2", {"vector": v2})], {"vector": 384})
     name = VectorTable.write("data", [rows])
