@@ -41,6 +41,11 @@ LEXICAL_SOURCES = ("auto", "milvus", "local")
 WARM_UP_QUERY = "index"
 
 
+def _is_active(meta: dict[str, Any], active: dict[str, str]) -> bool:
+    """A chunk of its document's active version, or one without a version (written by another tool)."""
+    return not meta.get("doc_version") or active.get(meta.get("source", "")) == meta["doc_version"]
+
+
 class CollectionMismatchError(ValueError):
     """The existing collection does not have the schema the configuration asks for."""
 
@@ -654,12 +659,7 @@ class KnowledgeCollection:
 
         def batches() -> Iterator[list[tuple[str, list[float]]]]:
             for rows in self.store.iter_rows(with_content=True, vector_fields=fields):
-                kept = [
-                    row
-                    for row in rows
-                    if not row["metadata"].get("doc_version")
-                    or active.get(row["metadata"].get("source", "")) == row["metadata"]["doc_version"]
-                ]
+                kept = [row for row in rows if _is_active(row["metadata"], active)]
                 if table_folder is not None and kept:
                     parts.append(
                         table_rows([(row["id"], row["vectors"]) for row in kept], {f: dimensions[f] for f in fields})
@@ -703,11 +703,7 @@ class KnowledgeCollection:
         if not index.documents:
             return docs, 0
         active = index.active_versions()
-        kept = [
-            d
-            for d in docs
-            if not d.meta.get("doc_version") or active.get(d.meta.get("source", "")) == d.meta["doc_version"]
-        ]
+        kept = [d for d in docs if _is_active(d.meta, active)]
         return kept, len(docs) - len(kept)
 
     def scan(self, keys: tuple[str, ...] = ("source", "doc_version"), with_content: bool = False) -> list[dict]:

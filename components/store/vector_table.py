@@ -42,11 +42,12 @@ class VectorTable:
         """
         self._rows = rows
         self._positions = {str(chunk_id): i for i, chunk_id in enumerate(rows[ID_FIELD].tolist())}
+        self._fields = {name: int(dtype.shape[0]) for name, dtype in _vector_columns(rows.dtype)}
 
     @property
     def fields(self) -> dict[str, int]:
         """The vector fields held, with their dimensions."""
-        return {name: int(dtype.shape[0]) for name, dtype in _vector_columns(self._rows.dtype)}
+        return dict(self._fields)
 
     def __len__(self) -> int:
         return len(self._positions)
@@ -60,8 +61,8 @@ class VectorTable:
         :returns: Vector (float32) per id found; ids the table does not hold are left out.
         :raises KeyError: If the table has no such field.
         """
-        if field not in self.fields:
-            msg = f"the vector table holds {sorted(self.fields)}, not {field!r}"
+        if field not in self._fields:
+            msg = f"the vector table holds {sorted(self._fields)}, not {field!r}"
             raise KeyError(msg)
         found = [(i, self._positions[i]) for i in ids if i in self._positions]
         if not found:
