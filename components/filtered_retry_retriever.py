@@ -473,6 +473,7 @@ class FilteredRetryRetriever:
             fields, table = self._vector_fields(bool(crosslingual))
             attempt["vectors"] = ("table" if table is not None else "search") if fields else None
             searched_fields = () if table is not None else fields
+            searched_under = self.collection.active_versions()  # a re-index may switch versions mid-search
             lexical = (
                 self._workers().submit(self._lexical, query, category, depth)
                 if self.lexical_weight > 0 and query
@@ -491,7 +492,7 @@ class FilteredRetryRetriever:
             with _stage(attempt, "balance"):
                 hits = self._balance_languages(hits, scores, vector, query, crosslingual, attempt, fields, table)
             attempt["raw_hits"] = len(hits)
-            active, attempt["stale_dropped"] = self.collection.drop_superseded(hits)
+            active, attempt["stale_dropped"] = self.collection.drop_superseded(hits, searched_under)
             usable = [d for d in active if similarity_of(d) >= self.evidence_threshold]
             attempt["below_threshold_dropped"] = len(active) - len(usable)
             docs = [replace(d, score=scores[d.id], meta=_candidate_meta(d.meta, name, d.id)) for d in usable[:top_k]]

@@ -180,9 +180,10 @@ class SidecarRetriever:
         return get_backend(self.model).embed_queries([query])[0].tolist()
 
     def _retrieve(self, query: str) -> list[Document]:
+        searched_under = self.collection.active_versions()  # a re-index may switch versions mid-search
         if self.retriever == "dense":
             docs = self.collection.dense_search(self._embed(query), self.top_k * 2, path=self.mode)  # room for stale
-            return self.collection.drop_superseded(docs)[0]
+            return self.collection.drop_superseded(docs, searched_under)[0]
         if self.retriever == "hybrid":
             out = self._hybrid.run(query_embedding=self._embed(query), query=query)
             errors = [a["error"] for a in out["retrieval_trace"]["attempts"] if a["error"]]
@@ -200,7 +201,7 @@ class SidecarRetriever:
             )
             for d in self.collection.fetch([cid for cid, _ in pairs])
         ]
-        return self.collection.drop_superseded(docs)[0]
+        return self.collection.drop_superseded(docs, searched_under)[0]
 
     def _row(self, rank: int, doc: Document) -> dict[str, Any]:
         meta, content = doc.meta, doc.content or ""

@@ -692,18 +692,37 @@ class KnowledgeCollection:
 
     # --- versions and scans ---------------------------------------------------------------------------------
 
-    def drop_superseded(self, docs: list[Document]) -> tuple[list[Document], int]:
+    def active_versions(self) -> dict[str, str]:
         """
-        Keep only chunks of the active document versions (and rows without a version, written by other tools).
+        The active version per source, as the knowledge index file says now.
+
+        :returns: Source to version; empty before anything was indexed.
+        """
+        return self._versions.get()[0].active_versions()
+
+    def drop_superseded(
+        self, docs: list[Document], searched_under: dict[str, str] | None = None
+    ) -> tuple[list[Document], int]:
+        """
+        Keep, per document, the chunks of one version: the active one, else the one active when the search began.
+
+        A re-index by another process can switch versions while a search runs: a search that began before the new
+        chunks were written finds only the old ones, which the index no longer names. With `searched_under` (the
+        `active_versions` read before the search) such a document keeps its old version instead of vanishing from
+        the result; a document whose new version was found keeps only that one. Rows without a version (written by
+        another tool) are kept.
 
         :param docs: Retrieved chunks with `source` and `doc_version` in their meta.
+        :param searched_under: The active versions when the search began (None: only the current ones count).
         :returns: The kept chunks and how many were dropped.
         """
-        index, _ = self._versions.get()
-        if not index.documents:
+        active = self.active_versions()
+        if not active:
             return docs, 0
-        active = index.active_versions()
-        kept = [d for d in docs if _is_active(d.meta, active)]
+        kept_version = dict(searched_under or {})
+        found = {(d.meta.get("source", ""), d.meta.get("doc_version")) for d in docs}
+        kept_version.update({s: v for s, v in active.items() if (s, v) in found or s not in kept_version})
+        kept = [d for d in docs if _is_active(d.meta, kept_version)]
         return kept, len(docs) - len(kept)
 
     def scan(self, keys: tuple[str, ...] = ("source", "doc_version"), with_content: bool = False) -> list[dict]:

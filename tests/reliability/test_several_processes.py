@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from components.filtered_retry_retriever import FilteredRetryRetriever
 from pipelines import load_pipeline, lookup
+from pipelines.loading import node_of_type
 from tests.conftest import write_tiny_kb
 from tests.lite_server import LiteServer
 
@@ -121,6 +123,35 @@ class TestSeveralProcesses:
         assert all(len(v) <= 1 for v in versions), "a result mixed versions of one document"
         assert {"1", "2"} >= set().union(*versions)
         assert _version_of_blocks(lookup(pipeline, QUESTION)) == {"2"}
+
+    def test_a_reindex_between_a_search_and_its_result_keeps_the_version_the_search_found(
+        self, lite_server, tmp_path, monkeypatch
+    ):
+        """The switch lands after the search read the old chunks: the document keeps them, it does not vanish."""
+        kb = write_tiny_kb(tmp_path / "knowledge")
+        disk = kb / "alerts" / "disk.md"
+        text = disk.read_text(encoding="utf-8")
+        disk.write_text(_versioned(text, 1), encoding="utf-8")
+        data = str(tmp_path / "data")
+        assert _cli("index", "--knowledge", str(kb), "--data-dir", data, uri=lite_server).returncode == 0
+        pipeline = load_pipeline(data_dir=data, milvus_uri=lite_server)
+        collection = node_of_type(pipeline, FilteredRetryRetriever)[1].collection
+        search = collection.dense_search
+        reindexed: list[subprocess.CompletedProcess[str]] = []
+
+        def search_then_reindex(*args, **kwargs):
+            hits = search(*args, **kwargs)
+            if not reindexed:  # another process switches to version 2 and deletes version 1's chunks
+                disk.write_text(_versioned(text, 2), encoding="utf-8")
+                reindexed.append(_cli("index", "--knowledge", str(kb), "--data-dir", data, uri=lite_server))
+            return hits
+
+        monkeypatch.setattr(collection, "dense_search", search_then_reindex)
+        during = lookup(pipeline, QUESTION)
+        assert reindexed and reindexed[0].returncode == 0, reindexed[0].stderr
+        assert during["evidenceStatus"] == "evidence" and _version_of_blocks(during) == {"1"}
+        after = lookup(pipeline, QUESTION)
+        assert after["evidenceStatus"] == "evidence" and _version_of_blocks(after) == {"2"}
 
 
 def _versioned(text: str, version: int) -> str:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -278,6 +278,20 @@ class TestKnowledgeCollection:
         kept, dropped = collection.drop_superseded([*docs, foreign])
         assert dropped == sum(d.meta["source"] == "faq/plans.md" for d in docs) > 0
         assert foreign in kept and all(d.meta.get("doc_version") != "newer" for d in kept)
+
+    @pytest.mark.integration
+    def test_drop_superseded_keeps_the_version_active_when_the_search_began(self, make_collection, data_dir, tmp_path):
+        before = KnowledgeIndex.load(data_dir / "knowledge_index.json").active_versions()
+        index = KnowledgeIndex.load(data_dir / "knowledge_index.json")
+        index.by_source()["faq/plans.md"].doc_version = "newer"  # the switch, after the search found the old chunks
+        index.save(tmp_path / "knowledge_index.json")
+        collection = make_collection(index_path=str(tmp_path / "knowledge_index.json"))
+        docs = collection.dense_search(embed("subscription plan price"), 10, path="sdk")
+        old = [d for d in docs if d.meta["source"] == "faq/plans.md"]
+        assert old and collection.drop_superseded(docs, before) == (docs, 0)
+        new = [replace(d, id=f"{d.id}-new", meta={**d.meta, "doc_version": "newer"}) for d in old[:1]]
+        kept, dropped = collection.drop_superseded([*docs, *new], before)  # the new version found too: only it
+        assert dropped == len(old) and [d for d in kept if d.meta["source"] == "faq/plans.md"] == new
 
     # --- lexical search: inside Milvus or in-process ----------------------------------------------------------
 
