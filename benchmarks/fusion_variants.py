@@ -111,7 +111,7 @@ def main() -> None:
 
 def _bm25(texts: list[str], queries: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """BM25 of every chunk for every query (Milvus' scale), and each query's largest possible score."""
-    index = Bm25ChunkIndex([str(i) for i in range(len(texts))], texts)
+    index = Bm25ChunkIndex.build([str(i) for i in range(len(texts))], texts)
     scores = np.zeros((len(queries), len(texts)), dtype=np.float32)
     ideal = np.ones((len(queries), 1), dtype=np.float32)
     for i, query in enumerate(queries):

@@ -120,8 +120,9 @@ class FilteredRetryRetriever:
             normalized similarity plus `lexical_weight * bm25 / norm` (see `lexical_normalization`); chunks found
             only by BM25 join the candidates with their similarity computed from their stored vectors.
         :param lexical_source: Where BM25 runs: `milvus` (the collection's BM25 full-text field), `local`
-            (in-process over the collection's chunks, read once per index change) or `auto` (milvus when the
-            collection has the field, local otherwise).
+            (in-process: the BM25 index `index` writes beside the index file, memory-mapped, else one built from the
+            collection's chunks once per index change) or `auto` (local with that file, else milvus when the
+            collection has the field, else local).
         :param lexical_normalization: What BM25 is divided by: `ideal`, the largest score the query's terms can
             reach in this collection (sum of their IDF times k1 + 1, from term statistics read once per index
             change), so the bonus says how much of the query a chunk matches; or `best`, the best hit's score, so

@@ -29,6 +29,7 @@ from components.milvus_chunk_writer import MilvusChunkWriter
 from components.offline_document_embedder import OfflineDocumentEmbedder
 from components.store.collection_statistics import CollectionStatistics
 from components.store.knowledge_index import IndexedDocument, KnowledgeIndex, term_category_counts
+from components.store.lexical import Bm25ChunkIndex
 from components.store.schema import CROSSLINGUAL_META_KEY
 from components.store.vector_table import VectorTable
 from pipelines.loading import load_pipeline_file, node_of_type
@@ -363,8 +364,9 @@ class KnowledgeIndexer:
         index.statistics = self._statistics(previous, unchanged, active_versions)
         if index.statistics != previous.statistics:
             index.save(self.deployment.index_path)
-        # the earlier runs' tables, once the index names this run's (a lookup still reading one keeps its file open)
+        # the earlier runs' files, once the index names this run's (a lookup still reading one keeps its files open)
         VectorTable.remove_others(self.deployment.index_path.parent, index.statistics.vector_table)
+        Bm25ChunkIndex.remove_others(self.deployment.index_path.parent, index.statistics.bm25_index)
         return index
 
     def _statistics(
@@ -380,11 +382,13 @@ class KnowledgeIndexer:
             and kept.term_counts is not None
             and kept.vector_table
             and (folder / kept.vector_table).is_file()
+            and kept.bm25_index
+            and (folder / kept.bm25_index).is_dir()
         ):
             return kept
         backend = get_backend(self.embedding_model)
         return self.collection.compute_statistics(
-            backend.embed_queries, self.embedding_model, active_versions, table_folder=folder
+            backend.embed_queries, self.embedding_model, active_versions, folder=folder
         )
 
     def close(self) -> None:

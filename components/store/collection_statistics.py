@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
 from components.core.text_matching import script_language
-from components.store.lexical import TermStatistics, tokenize
+from components.store.lexical import TermStatistics
 
 NOISE_PROBES = 200
 # a language's centroid is only a centroid with enough chunks behind it; below this, no balancing against it
@@ -64,6 +64,9 @@ class CollectionStatistics(BaseModel):
     # the file beside the index holding the active chunks' vectors (`VectorTable`); None: lookups read them from
     # Milvus with each search
     vector_table: str | None = None
+    # the folder beside the index holding the active chunks' BM25 index (`Bm25ChunkIndex`); None: BM25 runs inside
+    # Milvus or on an index built from the collection
+    bm25_index: str | None = None
 
     def summary(self) -> str:
         """One line for the index summary: languages and the noise ceilings."""
@@ -116,7 +119,7 @@ def _probe_vectors(texts: list[str], embed_queries: Callable[[list[str]], np.nda
 
 
 def compute_statistics(
-    batches: Iterable[Sequence[tuple[str, list[float]]]],
+    batches: Iterable[Sequence[tuple[str, list[float], list[str]]]],
     embed_queries: Callable[[list[str]], np.ndarray],
     embedding_model: str,
     probes: int = NOISE_PROBES,
@@ -124,7 +127,8 @@ def compute_statistics(
     """
     Count the language centroids, the noise ceiling and the BM25 term counts over every chunk, a batch at a time.
 
-    :param batches: The active chunks as batches of `(text, vector)`; the language is read from the text.
+    :param batches: The active chunks as batches of `(text, vector, terms)`; the language is read from the text, the
+        terms are its BM25 terms (`tokenize`).
     :param embed_queries: The lookup embedder's query encoder (texts to unit vectors).
     :param embedding_model: Its name, stored so a model change is noticed.
     :param probes: Number of noise probes.
@@ -139,13 +143,13 @@ def compute_statistics(
     for batch in batches:
         if not batch:
             continue
-        vectors = _unit(np.asarray([vector for _, vector in batch], dtype=np.float32))
+        vectors = _unit(np.asarray([vector for _, vector, _ in batch], dtype=np.float32))
         best = np.maximum(best, (vectors @ probe_vectors.T).max(axis=0))
-        for (text, _), vector in zip(batch, vectors, strict=True):
+        for (text, _, terms), vector in zip(batch, vectors, strict=True):
             language = script_language(text)
             sums[language] = sums.get(language, 0.0) + vector
             counts[language] = counts.get(language, 0) + 1
-            df.update(set(tokenize(text)))
+            df.update(set(terms))
     total = sum(counts.values())
     noise = (1 + best) / 2  # cosine to the normalized scale of `components.core.scores`
     by_script: dict[str, list[float]] = {}

@@ -2,8 +2,9 @@
 
 The writer creates and fills it; the retriever, the sidecar and eval read it. One object owns the schema, the
 connection (pymilvus for the `sdk` path, milvus-haystack for the `haystack` path), dense search on either path,
-BM25 inside Milvus or in-process, the collection's term statistics, the rule that only a document's active version
-is ever returned, and one cache of what is derived from the collection, keyed by the index version.
+BM25 inside Milvus or in-process (on the index run's BM25 index file), the collection's term statistics, the rule
+that only a document's active version is ever returned, and one cache of what is derived from the collection, keyed
+by the index version.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from components.store.json_metadata_document_store import (
     json_filter_expression,
 )
 from components.store.knowledge_index import CachedKnowledgeIndex, IndexVersionCache
-from components.store.lexical import Bm25ChunkIndex, TermStatistics, lexical_text, tokenize
+from components.store.lexical import Bm25ChunkIndex, Bm25Corpus, TermStatistics, lexical_text, tokenize
 from components.store.milvus_chunk_store import NOT_LOADED, CollectionDescription, MilvusChunkStore
 from components.store.schema import SEMANTICS, CollectionSchema, client_options
 from components.store.vector_table import VectorTable, table_rows
@@ -39,6 +40,16 @@ DENSE_PATHS = ("haystack", "sdk")
 LEXICAL_SOURCES = ("auto", "milvus", "local")
 #: the BM25 search `prepare_lexical` runs so that Milvus has its BM25 index ready before the first lookup
 WARM_UP_QUERY = "index"
+#: the metadata key the BM25 index files record per chunk, so that a search filtered by category stays in-process
+CATEGORY_KEY = "category"
+
+
+def _category_of(filters: dict[str, Any] | None) -> str | None:
+    """The category of a filter on the chunk's category alone (what the retriever's attempts use), else None."""
+    if filters and filters.get("field") == f"meta.{CATEGORY_KEY}" and filters.get("operator") == "==":
+        value = filters.get("value")
+        return value if isinstance(value, str) else None
+    return None
 
 
 def _is_active(meta: dict[str, Any], active: dict[str, str]) -> bool:
@@ -72,7 +83,8 @@ class KnowledgeCollection:
     Dense search runs on the `haystack` path (milvus-haystack's `MilvusEmbeddingRetriever` over a store that reads
     the JSON metadata column) or the `sdk` path (pymilvus); both return Documents whose `score` is the normalized
     similarity in [0, 1] and whose meta carries the raw score, what it means and the path. BM25 runs inside Milvus on
-    the collection's full-text field, or in-process over its chunks where Milvus has none. Chunks of a superseded
+    the collection's full-text field, or in-process: on the BM25 index the index run wrote beside the index file,
+    or on one built from the collection's chunks where Milvus has no full-text field. Chunks of a superseded
     document version are dropped by `drop_superseded`. Everything derived from the collection (its description,
     term statistics, the in-process BM25 index, the haystack store) is cached per index version: a re-index by
     another process is picked up at the next call.
@@ -538,16 +550,23 @@ class KnowledgeCollection:
 
     # --- lexical search -------------------------------------------------------------------------------------
 
-    def _local_index(self) -> tuple[Bm25ChunkIndex, dict[str, dict[str, Any]]]:
+    def _built_index(self) -> tuple[Bm25ChunkIndex, dict[str, dict[str, Any]], TermStatistics]:
+        """In-process BM25 over every row of the collection, with each row's metadata and the term statistics."""
         rows = self.store.scan_metadata(keys=None, with_content=True)
-        index = Bm25ChunkIndex([r["id"] for r in rows], [r["content"] for r in rows])
-        return index, {r["id"]: r["metadata"] for r in rows}
+        corpus = Bm25Corpus()
+        for row in rows:
+            corpus.add(row["id"], tokenize(row["content"]), str(row["metadata"].get(CATEGORY_KEY, "")))
+        return corpus.index(), {r["id"]: r["metadata"] for r in rows}, corpus.statistics()
+
+    def _local_index(self) -> Bm25ChunkIndex:
+        """The index run's BM25 index file, else one built from the collection (once per index version)."""
+        return self.bm25_index() or self._cache.get("local_bm25", self._built_index)[0]
 
     def _lexical_path(self, source: str) -> str:
         if source not in LEXICAL_SOURCES:
             msg = f"lexical_source={source!r} is not supported; use one of {list(LEXICAL_SOURCES)}"
             raise ValueError(msg)
-        if source == "local":
+        if source == "local" or (source == "auto" and self.bm25_index() is not None):
             return "local"
         if self.full_text_field():
             return "milvus"
@@ -569,8 +588,9 @@ class KnowledgeCollection:
         :param query: The query text.
         :param top_k: Most hits.
         :param filters: Haystack filters on `meta.<key>`.
-        :param source: `milvus` (the collection's BM25 full-text field), `local` (in-process over the collection's
-            chunks, read once per index version) or `auto` (milvus when the collection has the field, else local).
+        :param source: `milvus` (the collection's BM25 full-text field), `local` (in-process: the index run's BM25
+            index file, else an index built from the collection's chunks once per index version) or `auto` (local
+            with the index file, else milvus when the collection has the field, else local).
         :returns: `(chunk_id, bm25_score)` pairs, best first, and the path that ran (`milvus` or `local`).
         :raises LookupError: If `source` is `milvus` and the collection has no full-text field, or the collection
             does not exist.
@@ -582,10 +602,13 @@ class KnowledgeCollection:
                 return [], path
             expr = json_filter_expression(filters, self._schema)
             return self.store.full_text_search(terms, self.full_text_field(), top_k=top_k, expr=expr), path
-        index, metadata = self._cache.get("local_bm25", self._local_index)
-        pairs = index.search(query, top_k=top_k * 5 if filters else top_k)
-        if filters:
-            pairs = [(cid, s) for cid, s in pairs if document_matches_filter(filters, Document(meta=metadata[cid]))]
+        category = _category_of(filters)
+        if filters is None or category is not None:
+            return self._local_index().search(query, top_k, category=category), path
+        # any other filter: the built index, which has every chunk's metadata to test it on
+        index, metadata, _ = self._cache.get("local_bm25", self._built_index)
+        pairs = index.search(query, top_k=top_k * 5)
+        pairs = [(cid, s) for cid, s in pairs if document_matches_filter(filters, Document(meta=metadata[cid]))]
         return pairs[:top_k], path
 
     def prepare_lexical(self, source: str = "auto", statistics: bool = False) -> str:
@@ -599,7 +622,9 @@ class KnowledgeCollection:
         :returns: The path lexical searches take (`milvus` or `local`).
         """
         path = self._lexical_path(source)
-        if path == "local" or statistics:
+        if path == "local":
+            self._local_index()
+        if statistics:
             self.term_statistics(source)
         if path == "milvus":
             self._cache.get("milvus_bm25_warmed", lambda: self.lexical_search(WARM_UP_QUERY, 1, source="milvus"))
@@ -608,13 +633,14 @@ class KnowledgeCollection:
     def term_statistics(self, source: str = "auto") -> TermStatistics:
         """
         BM25 term statistics of the collection's chunks: as the index run counted them, else (an index written
-        before they were stored, or by another tool) counted here once per index version.
+        before they were stored, or by another tool) counted here once per index version; those of the built index
+        when lexical searches use it.
 
         :param source: The lexical source in use; with the in-process index the statistics come from it.
         :returns: The statistics.
         """
-        if self._lexical_path(source) == "local":
-            return self._cache.get("local_bm25", self._local_index)[0].statistics
+        if self._lexical_path(source) == "local" and self.bm25_index() is None:
+            return self._cache.get("local_bm25", self._built_index)[2]
         return self._cache.get("term_statistics", self._count_terms)
 
     def _count_terms(self) -> TermStatistics:
@@ -639,7 +665,7 @@ class KnowledgeCollection:
         embed_queries: Callable[[list[str]], np.ndarray],
         embedding_model: str,
         active: dict[str, str],
-        table_folder: str | Path | None = None,
+        folder: str | Path | None = None,
     ) -> CollectionStatistics:
         """
         Count the statistics over the collection's active chunks (one pass over the rows, a batch at a time).
@@ -648,27 +674,33 @@ class KnowledgeCollection:
         :param embedding_model: Its name.
         :param active: The active version per source; rows of other versions are left out, rows without a
             version (written by another tool) counted.
-        :param table_folder: Also write the active chunks' vectors (every vector field) as a `VectorTable` file
-            into this folder, named in the statistics' `vector_table` (None: no table).
+        :param folder: Also write, into this folder, the active chunks' vectors (every vector field) as a
+            `VectorTable` file and their BM25 index (`Bm25ChunkIndex.save`), named in the statistics' `vector_table`
+            and `bm25_index` (None: neither).
         :returns: The statistics.
         """
         s = self._schema
-        fields = self.vector_fields(dense=True, crosslingual=True) if table_folder is not None else [s.vector_field]
+        fields = self.vector_fields(dense=True, crosslingual=True) if folder is not None else [s.vector_field]
         dimensions = {s.vector_field: s.dimension, s.crosslingual_field: s.crosslingual_dimension}
         parts: list[np.ndarray] = []
+        corpus = Bm25Corpus()
 
-        def batches() -> Iterator[list[tuple[str, list[float]]]]:
+        def batches() -> Iterator[list[tuple[str, list[float], list[str]]]]:
             for rows in self.store.iter_rows(with_content=True, vector_fields=fields):
                 kept = [row for row in rows if _is_active(row["metadata"], active)]
-                if table_folder is not None and kept:
+                batch = [(row["content"], row["vectors"][s.vector_field], tokenize(row["content"])) for row in kept]
+                if folder is not None and kept:
                     parts.append(
                         table_rows([(row["id"], row["vectors"]) for row in kept], {f: dimensions[f] for f in fields})
                     )
-                yield [(row["content"], row["vectors"][s.vector_field]) for row in kept]
+                    for row, (_, _, terms) in zip(kept, batch, strict=True):
+                        corpus.add(row["id"], terms, str(row["metadata"].get(CATEGORY_KEY, "")))
+                yield batch
 
         statistics = compute_statistics(batches(), embed_queries, embedding_model)
-        if table_folder is not None and parts:
-            statistics.vector_table = VectorTable.write(table_folder, parts)
+        if folder is not None and parts:
+            statistics.vector_table = VectorTable.write(folder, parts)
+            statistics.bm25_index = corpus.index().save(folder)
         return statistics
 
     def vector_table(self) -> VectorTable | None:
@@ -688,6 +720,26 @@ class KnowledgeCollection:
             return VectorTable.open(Path(self.index_path).parent, statistics.vector_table)
         except ValueError as err:
             logger.warning("Reading vectors from Milvus instead of the vector table: {error}", error=err)
+            return None
+
+    def bm25_index(self) -> Bm25ChunkIndex | None:
+        """
+        The active chunks' BM25 index as the index run wrote it, opened once per index version.
+
+        :returns: The index, or None when the index names none, or it is missing or damaged (logged: lexical
+            searches then run inside Milvus, or on an index built from the collection, as before index files existed).
+        """
+        return self._cache.get("bm25_index", self._open_bm25_index)
+
+    def _open_bm25_index(self) -> Bm25ChunkIndex | None:
+        index = self._versions.get()[0]
+        statistics = index.statistics
+        if statistics is None or not statistics.bm25_index or index.collection_name != self._schema.collection_name:
+            return None  # none written, or written for another collection than this one
+        try:
+            return Bm25ChunkIndex.open(Path(self.index_path).parent, statistics.bm25_index)
+        except ValueError as err:
+            logger.warning("Not using the index run's BM25 index: {error}", error=err)
             return None
 
     # --- versions and scans ---------------------------------------------------------------------------------

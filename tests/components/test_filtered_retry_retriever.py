@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import shutil
 import threading
 import time
 import uuid
@@ -622,12 +623,20 @@ class TestFilteredRetryRetriever:
             target.close()
 
     @pytest.mark.integration
-    def test_bm25_runs_inside_milvus_when_the_collection_has_full_text(self, make_retriever, disk_vector):
-        retriever = make_retriever(lexical_weight=0.1)
-        assert retriever.collection.full_text_field() == "sparse"
-        out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
-        assert [a["lexical_path"] for a in out["retrieval_trace"]["attempts"]] == ["milvus"]
-        assert any(d.meta.get("lexical_score", 0) > 0 for d in out["candidates"])
+    def test_auto_bm25_runs_on_the_index_runs_file_else_inside_milvus(
+        self, make_retriever, data_dir, disk_vector, tmp_path
+    ):
+        index = KnowledgeIndex.load(data_dir / "knowledge_index.json")
+        assert index.statistics is not None and index.statistics.bm25_index
+        without = tmp_path / "knowledge_index.json"
+        index.statistics.bm25_index = None  # an index written before the BM25 file existed
+        index.save(without)
+        for index_path, path in [(data_dir / "knowledge_index.json", "local"), (without, "milvus")]:
+            retriever = make_retriever(lexical_weight=0.1, index_path=str(index_path))
+            assert retriever.collection.full_text_field() == "sparse"
+            out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
+            assert [a["lexical_path"] for a in out["retrieval_trace"]["attempts"]] == [path]
+            assert any(d.meta.get("lexical_score", 0) > 0 for d in out["candidates"])
 
     @pytest.mark.integration
     def test_auto_uses_in_process_bm25_on_a_collection_without_full_text(self, make_retriever, data_dir, disk_vector):
@@ -809,6 +818,7 @@ class TestFilteredRetryRetriever:
         index = KnowledgeIndex.load(knowledge_data / "knowledge_index.json")
         index.save(tmp_path / "knowledge_index.json")  # the same index, its table damaged
         (tmp_path / index.statistics.vector_table).write_bytes(b"\x93NUMPY damaged")
+        shutil.copytree(knowledge_data / index.statistics.bm25_index, tmp_path / index.statistics.bm25_index)
         collection = KnowledgeCollection(
             uri=str(knowledge_data / "milvus.db"), index_path=str(tmp_path / "knowledge_index.json")
         )
@@ -818,6 +828,25 @@ class TestFilteredRetryRetriever:
         assert out["retrieval_trace"]["attempts"][0]["vectors"] == "search"
         assert [(d.id, d.score, d.meta) for d in out["candidates"]] == expected
         assert "not a readable vector table" in caplog.text
+
+    @pytest.mark.integration
+    def test_a_damaged_bm25_index_is_logged_and_bm25_runs_inside_milvus(self, knowledge_data, tmp_path, caplog):
+        index = KnowledgeIndex.load(knowledge_data / "knowledge_index.json")
+        index.save(tmp_path / "knowledge_index.json")  # the same index, its BM25 index damaged
+        shutil.copy(knowledge_data / index.statistics.vector_table, tmp_path / index.statistics.vector_table)
+        damaged = tmp_path / index.statistics.bm25_index
+        shutil.copytree(knowledge_data / index.statistics.bm25_index, damaged)
+        (damaged / "vocab.index.json").write_text("{not json")
+        collection = KnowledgeCollection(
+            uri=str(knowledge_data / "milvus.db"), index_path=str(tmp_path / "knowledge_index.json")
+        )
+        retriever = FilteredRetryRetriever(collection)
+        out = retriever.run(query_embedding=embed(DISK_QUESTION), query=DISK_QUESTION)
+        retriever.close()
+        attempt = out["retrieval_trace"]["attempts"][0]
+        assert (attempt["error"], attempt["lexical_path"]) == (None, "milvus")
+        assert out["candidates"] and any(d.meta.get("lexical_score", 0) > 0 for d in out["candidates"])
+        assert "Not using the index run's BM25 index" in caplog.text and "lookup-knowledge index" in caplog.text
 
     @pytest.mark.integration
     def test_crosslingual_bonus_needs_the_query_vector_and_the_collection_field(self, knowledge_data, monkeypatch):
@@ -907,7 +936,7 @@ class TestFilteredRetryRetriever:
 
     @pytest.mark.integration
     def test_bm25_runs_beside_the_dense_search(self, make_retriever, disk_vector, monkeypatch):
-        retriever = make_retriever(lexical_weight=0.1)
+        retriever = make_retriever(lexical_weight=0.1, lexical_source="milvus")
         retriever.warm_up()
         collection = retriever.collection
         dense, lexical_search = collection.dense_search, collection.lexical_search

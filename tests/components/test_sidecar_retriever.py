@@ -137,7 +137,11 @@ class TestSidecarRetriever:
         assert top["source"] == "payments/refund.md" and top["category"] == "payments"
         assert top["title"] == "退款处理流程" and top["breadcrumb"].startswith("退款处理流程")
         assert top["rank"] == 1 and top["score_label"] == "bm25" and top["score"] > 0
-        assert (top["score_semantics"], top["path"], top["raw_score"]) == ("bm25", "milvus", top["score"])
+        assert (top["score_semantics"], top["path"], top["raw_score"]) == (
+            "bm25",
+            "local",
+            top["score"],
+        )  # the index run's BM25 file
         assert len(top["preview"]) <= 9
         keys = [r["evidence_key"] for r in report["rows"]]
         assert all(k.startswith("payments/refund.md#") for k in keys)  # BM25 finds no English chunk for it

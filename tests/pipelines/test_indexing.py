@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 from components.core.embedding_backends import get_backend
 from components.store.knowledge_collection import KnowledgeCollection
 from components.store.knowledge_index import KnowledgeIndex
+from components.store.lexical import Bm25ChunkIndex
 from components.store.vector_table import VectorTable
 from pipelines.indexing import KnowledgeIndexer
 from pipelines.settings import Deployment
@@ -219,20 +221,59 @@ class TestKnowledgeIndexer:
         indexer.index(tiny_kb, progress=False)
         assert table_matches_the_store() != first  # the superseded version's chunks are not in the new table
 
-    def test_an_index_without_a_table_gets_one_at_the_next_run_without_re_embedding(
-        self, indexer, tiny_kb, monkeypatch
+    def test_the_run_writes_a_bm25_index_of_the_active_chunks_beside_the_index(self, indexer, tiny_kb):
+        folder = indexer.deployment.index_path.parent
+
+        def index_matches_the_store() -> str:
+            index = KnowledgeIndex.load(indexer.deployment.index_path)
+            name, active = index.statistics.bm25_index, index.active_versions()
+            rows = [
+                r
+                for r in indexer.collection.store.scan_metadata(keys=None, with_content=True)
+                if active[r["metadata"]["source"]] == r["metadata"]["doc_version"]
+            ]
+            written = Bm25ChunkIndex.open(folder, name)
+            built = Bm25ChunkIndex.build(
+                [r["id"] for r in rows], [r["content"] for r in rows], [r["metadata"]["category"] for r in rows]
+            )
+            assert sorted(str(i) for i in written.ids) == sorted(r["id"] for r in rows)
+            for query, category in [("disk full", None), ("退款多久到账", None), ("退款多久到账", "payments")]:
+                assert written.search(query, 5, category) == built.search(query, 5, category)
+            assert written.search("退款", 5, "payments") and not written.search("退款", 5, "none such")
+            assert sorted(p.name for p in folder.glob("knowledge_bm25-*")) == [name]  # earlier ones removed
+            return name
+
+        indexer.index(tiny_kb, progress=False)
+        first = index_matches_the_store()
+        path = tiny_kb / "alerts/disk.md"
+        path.write_text(path.read_text().replace("seven days", "three days, and page the storage team"))
+        indexer.index(tiny_kb, progress=False)
+        assert index_matches_the_store() != first  # the superseded version's chunks are not in the new index
+
+    @pytest.mark.parametrize("missing", ["vector_table", "bm25_index"])
+    def test_an_index_without_a_table_or_bm25_index_gets_them_at_the_next_run_without_re_embedding(
+        self, indexer, tiny_kb, monkeypatch, missing
     ):
         indexer.index(tiny_kb, progress=False)
         index = KnowledgeIndex.load(indexer.deployment.index_path)
-        (indexer.deployment.index_path.parent / index.statistics.vector_table).unlink()
-        index.statistics.vector_table = None  # as written before tables existed
+        folder = indexer.deployment.index_path.parent
+        path = folder / getattr(index.statistics, missing)
+        path.unlink() if path.is_file() else shutil.rmtree(path)
+        setattr(index.statistics, missing, None)  # as written before it existed
         index.save(indexer.deployment.index_path)
         monkeypatch.setattr(
             get_backend("multilingual-e5-small"), "embed_passages", lambda texts: pytest.fail("re-embedded")
         )
         indexer.index(tiny_kb, progress=False)
-        name = KnowledgeIndex.load(indexer.deployment.index_path).statistics.vector_table
-        assert name and len(VectorTable.open(indexer.deployment.index_path.parent, name)) == indexer.collection.count()
+        statistics = KnowledgeIndex.load(indexer.deployment.index_path).statistics
+        assert (
+            statistics.vector_table
+            and len(VectorTable.open(folder, statistics.vector_table)) == indexer.collection.count()
+        )
+        assert (
+            statistics.bm25_index
+            and len(Bm25ChunkIndex.open(folder, statistics.bm25_index)) == indexer.collection.count()
+        )
 
     def test_vectors_in_store_match_the_embedder(self, indexer, tiny_kb):
         indexer.index(tiny_kb, progress=False)
