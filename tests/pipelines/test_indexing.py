@@ -3,6 +3,7 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -214,12 +215,7 @@ class TestKnowledgeIndexer:
             assert sorted(p.name for p in folder.glob("knowledge_vectors-*")) == [name]  # earlier tables removed
             return name
 
-        indexer.index(tiny_kb, progress=False)
-        first = table_matches_the_store()
-        path = tiny_kb / "alerts/disk.md"
-        path.write_text(path.read_text().replace("seven days", "three days, and page the storage team"))
-        indexer.index(tiny_kb, progress=False)
-        assert table_matches_the_store() != first  # the superseded version's chunks are not in the new table
+        _index_an_edit_and_compare(indexer, tiny_kb, table_matches_the_store)
 
     def test_the_run_writes_a_bm25_index_of_the_active_chunks_beside_the_index(self, indexer, tiny_kb):
         folder = indexer.deployment.index_path.parent
@@ -243,12 +239,7 @@ class TestKnowledgeIndexer:
             assert sorted(p.name for p in folder.glob("knowledge_bm25-*")) == [name]  # earlier ones removed
             return name
 
-        indexer.index(tiny_kb, progress=False)
-        first = index_matches_the_store()
-        path = tiny_kb / "alerts/disk.md"
-        path.write_text(path.read_text().replace("seven days", "three days, and page the storage team"))
-        indexer.index(tiny_kb, progress=False)
-        assert index_matches_the_store() != first  # the superseded version's chunks are not in the new index
+        _index_an_edit_and_compare(indexer, tiny_kb, index_matches_the_store)
 
     @pytest.mark.parametrize("missing", ["vector_table", "bm25_index"])
     def test_an_index_without_a_table_or_bm25_index_gets_them_at_the_next_run_without_re_embedding(
@@ -280,3 +271,13 @@ class TestKnowledgeIndexer:
         s = indexer.collection.store
         row = s.client.query(s.schema.collection_name, filter="", limit=1, output_fields=["*"])[0]
         assert np.isclose(np.linalg.norm(row["vector"]), 1.0, atol=1e-3)
+
+
+def _index_an_edit_and_compare(indexer: KnowledgeIndexer, kb: Path, written_file: Callable[[], str]) -> None:
+    """Index, edit one document, index again: `written_file` checks each run's file and names it; it must change."""
+    indexer.index(kb, progress=False)
+    first = written_file()
+    path = kb / "alerts/disk.md"
+    path.write_text(path.read_text().replace("seven days", "three days, and page the storage team"))
+    indexer.index(kb, progress=False)
+    assert written_file() != first  # the superseded version's chunks are not in the new file

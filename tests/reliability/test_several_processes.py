@@ -86,12 +86,7 @@ class TestSeveralProcesses:
         assert again.returncode == 0 and '"skipped": 3' in again.stdout, again.stderr
 
     def test_lookups_during_a_reindex_see_the_old_or_the_new_version_never_a_mix(self, lite_server, tmp_path):
-        kb = write_tiny_kb(tmp_path / "knowledge")
-        disk = kb / "alerts" / "disk.md"
-        text = disk.read_text(encoding="utf-8")
-        disk.write_text(_versioned(text, 1), encoding="utf-8")
-        data = str(tmp_path / "data")
-        assert _cli("index", "--knowledge", str(kb), "--data-dir", data, uri=lite_server).returncode == 0
+        kb, data, disk, text = _indexed_at_version_1(tmp_path, lite_server)
         pipeline = load_pipeline(data_dir=data, milvus_uri=lite_server)
         disk.write_text(_versioned(text, 2), encoding="utf-8")
         results: list[dict] = []
@@ -128,12 +123,7 @@ class TestSeveralProcesses:
         self, lite_server, tmp_path, monkeypatch
     ):
         """The switch lands after the search read the old chunks: the document keeps them, it does not vanish."""
-        kb = write_tiny_kb(tmp_path / "knowledge")
-        disk = kb / "alerts" / "disk.md"
-        text = disk.read_text(encoding="utf-8")
-        disk.write_text(_versioned(text, 1), encoding="utf-8")
-        data = str(tmp_path / "data")
-        assert _cli("index", "--knowledge", str(kb), "--data-dir", data, uri=lite_server).returncode == 0
+        kb, data, disk, text = _indexed_at_version_1(tmp_path, lite_server)
         pipeline = load_pipeline(data_dir=data, milvus_uri=lite_server)
         collection = node_of_type(pipeline, FilteredRetryRetriever)[1].collection
         search = collection.dense_search
@@ -152,6 +142,17 @@ class TestSeveralProcesses:
         assert during["evidenceStatus"] == "evidence" and _version_of_blocks(during) == {"1"}
         after = lookup(pipeline, QUESTION)
         assert after["evidenceStatus"] == "evidence" and _version_of_blocks(after) == {"2"}
+
+
+def _indexed_at_version_1(tmp_path: Path, uri: str) -> tuple[Path, str, Path, str]:
+    """The tiny base indexed with its disk runbook at version 1: (base, data folder, runbook, its unversioned text)."""
+    kb = write_tiny_kb(tmp_path / "knowledge")
+    disk = kb / "alerts" / "disk.md"
+    text = disk.read_text(encoding="utf-8")
+    disk.write_text(_versioned(text, 1), encoding="utf-8")
+    data = str(tmp_path / "data")
+    assert _cli("index", "--knowledge", str(kb), "--data-dir", data, uri=uri).returncode == 0
+    return kb, data, disk, text
 
 
 def _versioned(text: str, version: int) -> str:
