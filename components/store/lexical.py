@@ -199,8 +199,8 @@ class Bm25Corpus:
     Chunks' BM25 terms collected one chunk at a time, as term numbers, for a `Bm25ChunkIndex`.
 
     An index run reads every chunk once, in batches; each chunk's terms (`tokenize`, counted once for the term
-    statistics too) are kept as numbers into one vocabulary, not as strings, so a collection of 100k chunks is held
-    in a few hundred bytes per chunk until the index is built.
+    statistics too) are kept as numbers into one vocabulary (a list of shared integers per chunk), not as strings,
+    until the index is built.
 
     ### Usage example
 
