@@ -31,7 +31,11 @@ def _print_index_summary(summary: dict, deployment: Deployment) -> None:
         print(f"  FAILED {failure['source']}: {failure['reason']}")
     for doc_id, sources in summary.get("duplicate_ids", {}).items():
         print(f"  DUPLICATE id {doc_id!r} in {', '.join(sources)} (ids must be unique; set `id:` in the frontmatter)")
-    if summary["bm25"] == "milvus":
+    if summary.get("bm25_index"):
+        milvus = summary["bm25"] == "milvus"
+        inside = "`lexical_source: milvus` runs it inside Milvus" if milvus else "the collection has no full-text field"
+        print(f"BM25: in-process on {deployment.index_path.parent / summary['bm25_index']} ({inside})")
+    elif summary["bm25"] == "milvus":
         print("BM25: inside Milvus (full-text search on the collection)")
     else:
         print(

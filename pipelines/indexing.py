@@ -52,7 +52,8 @@ class IndexSummary:
     seconds: float = 0.0
     failures: list[dict[str, str]] = field(default_factory=list)
     cleanup_error: str | None = None
-    bm25: str = ""  # where lookups run BM25 on this collection: `milvus` or `in-process`
+    bm25: str = ""  # BM25 inside Milvus: `milvus` (the collection has the full-text field) or `in-process` (none)
+    bm25_index: str = ""  # the BM25 index file lookups search in-process (D55), in the index file's folder
     statistics: str = ""  # the collection's languages and noise ceiling, in one line
     crosslingual: bool = False  # whether the collection holds cross-lingual vectors
     duplicate_ids: dict[str, list[str]] = field(default_factory=dict)  # a doc id used by several files: their sources
@@ -85,6 +86,7 @@ class IndexSummary:
             "cleanup_error": self.cleanup_error,
             "crosslingual": self.crosslingual,
             "bm25": self.bm25,
+            "bm25_index": self.bm25_index,
             "statistics": self.statistics,
         }
 
@@ -306,6 +308,7 @@ class KnowledgeIndexer:
             summary=summary,
         )
         summary.statistics = index.statistics.summary() if index.statistics else ""
+        summary.bm25_index = (index.statistics.bm25_index if index.statistics else None) or ""
         summary.seconds = time.perf_counter() - started
         return summary
 

@@ -28,11 +28,12 @@ class TestCli:
         assert "Indexed 3 of 3 files" in out.out and "chars/s" in out.out and "0 failed" in out.out
         assert "Indexing" in out.err  # the progress bar
         assert str(data / "milvus.db") in out.out
-        assert "BM25: inside Milvus" in out.out
+        name = json.loads((data / "knowledge_index.json").read_text())["statistics"]["bm25_index"]
+        assert f"BM25: in-process on {data / name} (`lexical_source: milvus` runs it inside Milvus)" in out.out
         assert main(["index", "--knowledge", str(tiny_kb), "--data-dir", str(data), "--json"]) == 0
         summary = json.loads(capsys.readouterr().out)
         assert (summary["indexed"], summary["skipped"], summary["chunks"]) == (0, 3, 0)
-        assert summary["bm25"] == "milvus"
+        assert (summary["bm25"], summary["bm25_index"]) == ("milvus", name)
 
     def test_index_missing_folder_exits_2(self, tmp_path, capsys):
         assert main(["index", "--knowledge", str(tmp_path / "nope"), "--data-dir", str(tmp_path / "d")]) == 2
