@@ -4,6 +4,8 @@ from typing import Any
 
 from haystack import Document, component
 
+from components.core.frozen import Documents, FrozenDict, FrozenList
+
 STRATEGY = "rank_order_truncate_content"
 _ELLIPSIS = " …"
 
@@ -59,15 +61,16 @@ class ContextPacker:
         self.min_content_chars = min_content_chars
         self.separator = separator
 
-    @component.output_types(context_pack=dict[str, Any], documents=list[Document])
-    def run(self, documents: list[Document], char_budget: int | None = None) -> dict[str, Any]:
+    @component.output_types(context_pack=FrozenDict, documents=FrozenList[Document])
+    def run(self, documents: Documents, char_budget: int | None = None) -> dict[str, Any]:
         """
         Pack blocks.
 
-        :param documents: Final evidence blocks in rank order.
+        :param documents: Final evidence blocks in rank order (a list or a `FrozenList`).
         :param char_budget: Overrides the init budget.
         :returns: `context_pack` (`packedText`, `strategy`, `charBudget`, `usedChars`, `includedSources`,
-            `omittedSources`, `truncatedSources`) and `documents` (the blocks, unchanged).
+            `omittedSources`, `truncatedSources`) and `documents` (the blocks, unchanged), read-only (`FrozenDict`,
+            `FrozenList`): the pipeline hands them on without copying.
         """
         budget = char_budget or self.char_budget
         pieces: list[str] = []
@@ -102,4 +105,4 @@ class ContextPacker:
             "omittedSources": omitted,
             "truncatedSources": truncated,
         }
-        return {"context_pack": pack, "documents": documents}
+        return {"context_pack": FrozenDict(pack), "documents": FrozenList(documents)}

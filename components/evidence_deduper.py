@@ -5,6 +5,7 @@ from typing import Any
 
 from haystack import Document, component
 
+from components.core.frozen import Documents, FrozenDict, FrozenList
 from components.core.scores import document_key
 
 
@@ -41,15 +42,16 @@ class EvidenceDeduper:
         self.max_per_document = max_per_document
         self.max_blocks = max_blocks
 
-    @component.output_types(documents=list[Document], dedup_summary=dict[str, Any])
-    def run(self, documents: list[Document]) -> dict[str, Any]:
+    @component.output_types(documents=FrozenList[Document], dedup_summary=FrozenDict)
+    def run(self, documents: Documents) -> dict[str, Any]:
         """
         Deduplicate ranked candidates.
 
-        :param documents: Ranked candidates with `evidence_key`, `source` and `hit_reasons` in meta.
+        :param documents: Ranked candidates with `evidence_key`, `source` and `hit_reasons` in meta (a list or a
+            `FrozenList`).
         :returns: `documents` (the kept blocks, copies) and `dedup_summary` (`candidate_count`, `final_count`,
             `dropped`: `{evidence_key, source, reason}` with reason `duplicate_key`, `per_document_cap` or
-            `max_blocks`).
+            `max_blocks`), read-only (`FrozenList`, `FrozenDict`): the pipeline hands them on without copying.
         """
         merged: dict[str, Document] = {}
         dropped: list[dict[str, Any]] = []
@@ -88,4 +90,4 @@ class EvidenceDeduper:
             "max_blocks": self.max_blocks,
             "dropped": dropped,
         }
-        return {"documents": kept_blocks, "dedup_summary": summary}
+        return {"documents": FrozenList(kept_blocks), "dedup_summary": FrozenDict(summary)}

@@ -5,6 +5,7 @@ from typing import Any
 
 from haystack import Document, component
 
+from components.core.frozen import Documents, FrozenDict, FrozenList, Record
 from components.core.scores import document_key, similarity_of
 from components.core.text_matching import script_language
 
@@ -139,7 +140,7 @@ class EvidenceGate:
         self.medium_lead = medium_lead
         self.trace_rejected = trace_rejected
 
-    def _ceiling(self, query: str, retrieval_trace: dict[str, Any]) -> tuple[float, bool]:
+    def _ceiling(self, query: str, retrieval_trace: Record) -> tuple[float, bool]:
         noise = (retrieval_trace.get("calibration") or {}).get("noise_similarity") or {}
         levels = noise.get(script_language(query))
         if levels is None and noise:  # a query in a script no probe had: the strictest ceiling
@@ -152,7 +153,7 @@ class EvidenceGate:
         familiar = terms.get("terms", 0) > 0 and terms.get("known", 0) >= self.familiar_share * terms["terms"]
         return self.dense_margin if familiar else self.unfamiliar_dense_margin
 
-    def _standout(self, documents: list[Document]) -> float | None:
+    def _standout(self, documents: Documents) -> float | None:
         """The best similarity's lead over the `standout_rank`-th; None with fewer candidates (none to lead)."""
         similarities = sorted((similarity_of(d) for d in documents), reverse=True)
         if len(similarities) < self.standout_rank:
@@ -167,7 +168,7 @@ class EvidenceGate:
             return "dense+lexical"
         return None
 
-    def _deciders(self, documents: list[Document]) -> set[int]:
+    def _deciders(self, documents: Documents) -> set[int]:
         """The positions of the first `decision_depth` candidates by rank and of the first by similarity."""
         by_similarity = sorted(range(len(documents)), key=lambda i: -similarity_of(documents[i]))
         return {*range(min(len(documents), self.decision_depth)), *by_similarity[: self.decision_depth]}
@@ -178,7 +179,7 @@ class EvidenceGate:
         return "medium" if lead >= self.medium_lead else "low"
 
     @staticmethod
-    def _lead(first: Document, documents: list[Document]) -> tuple[float, str | None]:
+    def _lead(first: Document, documents: Documents) -> tuple[float, str | None]:
         """How far the first block's rank score is above the best candidate of another document, and that document."""
         document = document_key(first.meta, first.id)
         runner_up = next((d for d in documents if document_key(d.meta, d.id) != document), None)
@@ -196,20 +197,22 @@ class EvidenceGate:
             "reason": reason,
         }
 
-    @component.output_types(documents=list[Document], evidence_trace=dict[str, Any])
+    @component.output_types(documents=FrozenList[Document], evidence_trace=FrozenDict)
     def run(
-        self, documents: list[Document], query: str | None = None, retrieval_trace: dict[str, Any] | None = None
+        self, documents: Documents, query: str | None = None, retrieval_trace: Record | None = None
     ) -> dict[str, Any]:
         """
         Keep the candidates that are evidence.
 
-        :param documents: Ranked candidates (`meta.similarity`, `meta.lexical_coverage`); they are not modified.
+        :param documents: Ranked candidates (`meta.similarity`, `meta.lexical_coverage`; a list or a `FrozenList`);
+            they are not modified.
         :param query: The normalized query (its script picks the noise ceiling).
         :param retrieval_trace: The retriever's trace: its `calibration` holds the collection's noise ceilings, its
             `query_terms` how many distinct terms the query has and how many the collection knows.
         :returns: `documents` (the evidence in rank order, copies whose meta gains `evidence_basis` and
-            `noise_margin`) and `evidence_trace` (`found`, `candidates`, `noise_ceiling`, `calibrated`, `rule`,
-            `best`, `lead`, `runner_up`, `relevance`, `evidence_count`, `rejected`).
+            `noise_margin`, as a read-only `FrozenList`) and `evidence_trace` (a `FrozenDict`: `found`, `candidates`,
+            `noise_ceiling`, `calibrated`, `rule`, `best`, `lead`, `runner_up`, `relevance`, `evidence_count`,
+            `rejected`); the pipeline hands both on without copying them.
         """
         query, retrieval_trace = query or "", retrieval_trace or {}
         ceiling, calibrated = self._ceiling(query, retrieval_trace)
@@ -275,4 +278,4 @@ class EvidenceGate:
                 runner_up=runner_up,
                 relevance=self._relevance(lead),
             )
-        return {"documents": evidence, "evidence_trace": trace}
+        return {"documents": FrozenList(evidence), "evidence_trace": FrozenDict(trace)}

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from haystack import Document, component, default_from_dict, default_to_dict, logging
 
+from components.core.frozen import FrozenDict, FrozenList
 from components.core.query_vector import QueryVector, as_list
 from components.core.scores import evidence_key, similarity_of
 from components.core.text_matching import script_language
@@ -506,7 +507,7 @@ class FilteredRetryRetriever:
         attempt["top_score"] = round(max(similarity_of(d) for d in docs), 4) if docs else None
         return docs, attempt
 
-    @component.output_types(candidates=list[Document], retrieval_trace=dict[str, Any])
+    @component.output_types(candidates=FrozenList[Document], retrieval_trace=FrozenDict)
     def run(
         self,
         query_embedding: list[float] | QueryVector,
@@ -525,9 +526,10 @@ class FilteredRetryRetriever:
         :param top_k: Overrides the init `top_k`.
         :param crosslingual_embedding: The query's cross-lingual vector (use-multilingual-v3), for
             `crosslingual_weight`; without it candidates rank without the cross-lingual bonus.
-        :returns: `candidates` (Documents with `score` = normalized similarity and `raw_score`,
-            `score_semantics`, `retrieval_path`, `attempt`, `evidence_key` in meta) and `retrieval_trace`
-            (`attempts`, `selected_attempt`, `fallback_reason`, `reference_threshold`, `l1_enabled`, `mode`, and
+        :returns: `candidates` (a read-only `FrozenList` of Documents with `score` = normalized similarity and
+            `raw_score`, `score_semantics`, `retrieval_path`, `attempt`, `evidence_key` in meta: the pipeline hands
+            it on without copying it) and `retrieval_trace` (a read-only `FrozenDict`:
+            `attempts`, `selected_attempt`, `fallback_reason`, `reference_threshold`, `l1_enabled`, `mode`, and
             `calibration`: the collection's noise ceilings and languages as `index` counted them, or None;
             `query_terms`: the query's distinct BM25 terms and how many the collection knows, None without BM25).
         """
@@ -542,7 +544,7 @@ class FilteredRetryRetriever:
             "fallback_reason": None,
         }
         if not self.enabled or not query_embedding:
-            return {"candidates": [], "retrieval_trace": trace}
+            return {"candidates": FrozenList(), "retrieval_trace": FrozenDict(trace)}
         vector, crosslingual = as_list(query_embedding), as_list(crosslingual_embedding)
         trace["calibration"] = self._calibration()
         trace["query_terms"] = self._query_terms(query or "")
@@ -564,4 +566,4 @@ class FilteredRetryRetriever:
             trace["selected_attempt"] = "unfiltered"
             if filtered:  # low-quality filtered candidates still compete; dedup merges chunks found by both
                 docs = sorted(docs + filtered, key=lambda d: -(d.score or 0.0))
-        return {"candidates": docs, "retrieval_trace": trace}
+        return {"candidates": FrozenList(docs), "retrieval_trace": FrozenDict(trace)}

@@ -4,6 +4,7 @@ from typing import Any, Literal
 
 from haystack import Document, component
 
+from components.core.frozen import Documents, FrozenDict, Record
 from components.core.lookup_result import EvidenceBlock, LookupResult
 from components.core.scores import boost_reasons, document_key, similarity_of
 
@@ -64,7 +65,7 @@ def _block(doc: Document, ceiling: float | None) -> EvidenceBlock:
     )
 
 
-def _no_evidence_message(evidence: dict[str, Any]) -> str:
+def _no_evidence_message(evidence: Record) -> str:
     rejected = evidence.get("rejected") or []
     if not rejected or evidence.get("noise_ceiling") is None:
         return NO_EVIDENCE_MESSAGE
@@ -112,9 +113,7 @@ class LookupResultAssembler:
         self.preview_chars = preview_chars
 
     @staticmethod
-    def _status(
-        error: str, trace: dict[str, Any], evidence: dict[str, Any], blocks: int, held_back: int
-    ) -> tuple[str, str]:
+    def _status(error: str, trace: Record, evidence: Record, blocks: int, held_back: int) -> tuple[str, str]:
         attempts = trace.get("attempts", [])
         if error:
             return "invalid_query", f"Rejected query: {error}."
@@ -135,7 +134,7 @@ class LookupResultAssembler:
         )
 
     @staticmethod
-    def _rerank_trace(rerank_trace: dict[str, Any], blocks: list[Document]) -> dict[str, Any]:
+    def _rerank_trace(rerank_trace: Record, blocks: Documents) -> dict[str, Any]:
         """The reranker's weights, and the blocks actually returned, in their returned order."""
         items = [
             {
@@ -149,7 +148,7 @@ class LookupResultAssembler:
             for rank, d in enumerate(blocks, start=1)
         ]
         return {
-            "weights": rerank_trace.get("weights", {}),
+            "weights": dict(rerank_trace.get("weights", {})),
             "max_boost": rerank_trace.get("max_boost", 0.0),
             "items": items,
         }
@@ -168,15 +167,15 @@ class LookupResultAssembler:
             "preview": preview,
         }
 
-    @component.output_types(result=dict[str, Any], details=dict[str, Any])
+    @component.output_types(result=FrozenDict, details=FrozenDict)
     def run(
         self,
         query: str,
-        documents: list[Document],
-        context_pack: dict[str, Any],
-        retrieval_trace: dict[str, Any],
-        rerank_trace: dict[str, Any],
-        dedup_summary: dict[str, Any],
+        documents: Documents,
+        context_pack: Record,
+        retrieval_trace: Record,
+        rerank_trace: Record,
+        dedup_summary: Record,
         query_transform: dict[str, Any] | None = None,
         hints: dict[str, Any] | None = None,
         category_filter: str | None = None,
@@ -184,7 +183,7 @@ class LookupResultAssembler:
         error: str | None = None,
         session_id: str | None = None,
         sidecar: dict[str, Any] | None = None,
-        evidence_trace: dict[str, Any] | None = None,
+        evidence_trace: Record | None = None,
     ) -> dict[str, Any]:
         """
         Assemble the result.
@@ -204,11 +203,12 @@ class LookupResultAssembler:
         :param sidecar: The comparison retrieval's report; it goes to `details` only, never into `result`.
         :param evidence_trace: From the evidence gate (whether there is evidence, and why); without one, any block
             counts as evidence of `low` relevance.
-        :returns: `result` (the camelCase `LookupResult` JSON) and `details` (snake_case `retrieval_details`).
+        :returns: `result` (the camelCase `LookupResult` JSON) and `details` (snake_case `retrieval_details`), each
+            a read-only `FrozenDict` of plain JSON values, which the pipeline hands on without copying.
         """
         hints = hints or {}
         session_summary = session_summary or {}
-        evidence = evidence_trace or {
+        evidence: Record = evidence_trace or {
             "found": bool(documents or session_summary.get("suppressed")),
             "candidates": int(dedup_summary.get("candidate_count", 0)),
             "relevance": "low",
@@ -216,7 +216,7 @@ class LookupResultAssembler:
         held_back = len(session_summary.get("suppressed") or [])
         status, message = self._status(error or "", retrieval_trace, evidence, len(documents), held_back)
         found = status == "evidence"
-        blocks = documents if found else []
+        blocks = list(documents) if found else []
         ceiling = evidence.get("noise_ceiling")
         truncated = bool(context_pack.get("truncatedSources") or context_pack.get("omittedSources"))
         returned_rerank = self._rerank_trace(rerank_trace, blocks)
@@ -247,16 +247,16 @@ class LookupResultAssembler:
             "retrieval_layer": ("L0+L1" if _has_hints(hints) else "L1") if l1_ran else "none",
             "l0_hints": {**hints, "category_filter": category_filter or None},
             "query_transform": query_transform or {},
-            "retrieval_trace": retrieval_trace,
+            "retrieval_trace": dict(retrieval_trace),
             "rerank_trace": {**returned_rerank, "candidates": rerank_trace.get("candidates", [])},
             "context_pack_summary": pack_summary if found else {},
-            "evidence": evidence_trace or {},
+            "evidence": dict(evidence_trace or {}),
             "evidence_blocks": [self._summary(d) for d in blocks],
             "fallback_reason": retrieval_trace.get("fallback_reason"),
             "candidate_count": candidates,
             "evidence_block_count": len(blocks),
-            "dedup": dedup_summary,
+            "dedup": dict(dedup_summary),
             "session": session_summary,
             "sidecar": sidecar or {"enabled": False, "status": "off"},
         }
-        return {"result": result.to_json_dict(), "details": details}
+        return {"result": FrozenDict(result.to_json_dict()), "details": FrozenDict(details)}

@@ -5,6 +5,7 @@ from typing import Any
 
 from haystack import Document, component
 
+from components.core.frozen import Documents, FrozenDict, FrozenList
 from components.core.scores import boost_reasons
 from components.core.text_matching import mentions
 
@@ -84,7 +85,7 @@ class RuleReranker:
         self.consensus_top_n = consensus_top_n
         self.consensus_min_share = consensus_min_share
 
-    def _consensus(self, documents: list[Document]) -> str:
+    def _consensus(self, documents: Documents) -> str:
         """The category most of the top candidates agree on (votes weighted 1/rank), or ""."""
         votes: dict[str, float] = {}
         for rank, doc in enumerate(documents[: self.consensus_top_n], start=1):
@@ -123,18 +124,19 @@ class RuleReranker:
             add("consensus_domain", consensus)
         return boosts
 
-    @component.output_types(documents=list[Document], rerank_trace=dict[str, Any], ranking=list[str])
-    def run(self, documents: list[Document], hints: dict[str, Any] | None = None) -> dict[str, Any]:
+    @component.output_types(documents=FrozenList[Document], rerank_trace=FrozenDict, ranking=FrozenList[str])
+    def run(self, documents: Documents, hints: dict[str, Any] | None = None) -> dict[str, Any]:
         """
         Rerank candidates.
 
-        :param documents: L1 candidates (`score` = normalized similarity); they are not modified.
+        :param documents: L1 candidates (`score` = normalized similarity; a list or a `FrozenList`); they are not
+            modified.
         :param hints: L0 hint data; without hints the order is the similarity order.
-        :returns: `documents` (reranked copies; meta gains `base_score`, `boosts` and `hit_reasons`, `score` is
-            the final score) and `rerank_trace` (`weights`, `max_boost`, `candidates`: the top `trace_top_n`
-            candidates with rank, source, evidence key, base score, final score, boost reasons) and `ranking`
-            (the evidence keys in the new order: a compact view for consumers such as the sidecar, cheap for the
-            pipeline to hand on).
+        :returns: `documents` (reranked copies, a read-only `FrozenList`; meta gains `base_score`, `boosts` and
+            `hit_reasons`, `score` is the final score), `rerank_trace` (a `FrozenDict`: `weights`, `max_boost`,
+            `candidates`: the top `trace_top_n` candidates with rank, source, evidence key, base score, final score,
+            boost reasons) and `ranking` (a `FrozenList` of the evidence keys in the new order: a compact view for
+            consumers such as the sidecar). The pipeline hands the three on without copying them.
         """
         hints = hints or {}
         consensus = self._consensus(documents) if self.weights["consensus_domain"] > 0 else ""
@@ -166,5 +168,5 @@ class RuleReranker:
             for rank, d in enumerate(scored[: self.trace_top_n], start=1)
         ]
         trace = {"weights": dict(self.weights), "max_boost": self.max_boost, "candidates": candidates}
-        ranking = [str(d.meta.get("evidence_key") or d.id) for d in scored]
-        return {"documents": scored, "rerank_trace": trace, "ranking": ranking}
+        ranking = FrozenList(str(d.meta.get("evidence_key") or d.id) for d in scored)
+        return {"documents": FrozenList(scored), "rerank_trace": FrozenDict(trace), "ranking": ranking}

@@ -5,6 +5,7 @@ from typing import Any
 from haystack import Document, component, logging
 from haystack.utils import Secret
 
+from components.core.frozen import Documents, FrozenList
 from components.trace.safe_text import safe_text
 from components.trace.trace_store import PASSWORD_ENV, TraceStore
 
@@ -60,19 +61,19 @@ class SessionEvidenceFilter:
         """Release the database connection."""
         self._store.close()
 
-    @component.output_types(documents=list[Document], session_summary=dict[str, Any])
-    def run(self, documents: list[Document], session_id: str | None = None) -> dict[str, Any]:
+    @component.output_types(documents=FrozenList[Document], session_summary=dict[str, Any])
+    def run(self, documents: Documents, session_id: str | None = None) -> dict[str, Any]:
         """
         Drop blocks whose evidence key was already returned in the session.
 
-        :param documents: Final evidence blocks.
+        :param documents: Final evidence blocks (a list or a `FrozenList`).
         :param session_id: The caller's session; empty means no session dedup.
-        :returns: `documents` (the new blocks) and `session_summary` (`session_id`, `previously_returned`,
-            `suppressed` keys, `error`).
+        :returns: `documents` (the new blocks, a read-only `FrozenList`) and `session_summary` (`session_id`,
+            `previously_returned`, `suppressed` keys, `error`).
         """
         summary: dict[str, Any] = {"session_id": session_id or None, "previously_returned": 0, "suppressed": []}
         if not session_id or not documents:
-            return {"documents": list(documents), "session_summary": summary}
+            return {"documents": FrozenList(documents), "session_summary": summary}
         seen, error = self._store.session_memory(session_id)
         if error:
             logger.warning("Session memory partial: {error}", error=error)
@@ -80,4 +81,4 @@ class SessionEvidenceFilter:
         fresh = [d for d in documents if safe_text(str(d.meta.get("evidence_key"))) not in seen]
         summary["previously_returned"] = len(seen)
         summary["suppressed"] = [d.meta.get("evidence_key") for d in documents if d not in fresh]
-        return {"documents": fresh, "session_summary": summary}
+        return {"documents": FrozenList(fresh), "session_summary": summary}

@@ -9,6 +9,7 @@ from typing import Any
 from haystack import Document, component, default_from_dict, default_to_dict, logging
 
 from components.core.embedding_backends import E5_SMALL, get_backend, validate_model_name
+from components.core.frozen import FrozenList
 from components.core.scores import document_key, evidence_key
 from components.filtered_retry_retriever import FilteredRetryRetriever
 from components.store.knowledge_collection import (
@@ -264,7 +265,7 @@ class SidecarRetriever:
             return "failed", [], f"{type(err).__name__}: {err}"
 
     @component.output_types(sidecar=dict[str, Any])
-    def run(self, query: str | None = None, main_ranking: list[str] | None = None) -> dict[str, Any]:
+    def run(self, query: str | None = None, main_ranking: list[str] | FrozenList[str] | None = None) -> dict[str, Any]:
         """
         Run the comparison retrieval and compare it with the main ranking.
 

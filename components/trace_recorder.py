@@ -6,6 +6,7 @@ from typing import Any
 from haystack import component, logging
 from haystack.utils import Secret
 
+from components.core.frozen import Record
 from components.core.lookup_result import LookupResult
 from components.trace.safe_text import safe_text
 from components.trace.trace_store import PASSWORD_ENV, ToolInvocation, TraceStore
@@ -93,19 +94,19 @@ class TraceRecorder:
     @component.output_types(result=dict[str, Any])
     def run(
         self,
-        result: dict[str, Any],
-        details: dict[str, Any],
+        result: Record,
+        details: Record,
         raw_query: str | None = None,
         started_at: float | None = None,
     ) -> dict[str, Any]:
         """
         Write the row.
 
-        :param result: The camelCase `LookupResult` JSON.
-        :param details: The snake_case `retrieval_details`.
+        :param result: The camelCase `LookupResult` JSON (a dict, or the assembler's read-only `FrozenDict`).
+        :param details: The snake_case `retrieval_details` (likewise).
         :param raw_query: The query as received (stored when the normalized one is empty).
         :param started_at: Epoch seconds at which the lookup started (defaults to the query transform's time).
-        :returns: `result`, a copy with `traceId` set (None when the row was spooled).
+        :returns: `result`, a plain dict copy with `traceId` set (None when the row was spooled).
         """
         transform = details.get("query_transform") or {}
         start = started_at or transform.get("started_at") or time.time()

@@ -471,16 +471,15 @@ class KnowledgeCollection:
             self.store.unload()  # a restarted server forgot that it was loaded
             self.store.load()
             found = retriever.run(query_embedding=vector, filters=filters, top_k=top_k)["documents"]
+        semantics = SEMANTICS[metric]
         out = []
-        for doc in found:
+        for doc in found:  # the retriever's Documents are this search's own: completed in place, not copied
             similarity = float(doc.score or 0.0)
-            meta = {
-                **doc.meta,
-                "raw_score": raw_from_normalized(similarity, metric),
-                "score_semantics": SEMANTICS[metric],
-                "retrieval_path": "haystack",
-            }
-            out.append(replace(doc, meta=meta, score=min(1.0, max(0.0, similarity))))
+            doc.meta.update(
+                raw_score=raw_from_normalized(similarity, metric), score_semantics=semantics, retrieval_path="haystack"
+            )
+            clipped = min(1.0, max(0.0, similarity))
+            out.append(doc if doc.score == clipped else replace(doc, score=clipped))
         return out
 
     def _search_sdk(

@@ -253,9 +253,10 @@ class TraceStore:
         try:
             with Session(self.engine) as session:
                 session.add(row)
+                session.flush()  # assigns the id; read before the commit, which would expire it (a SELECT to refresh)
+                row_id = row.id
                 session.commit()
-                session.refresh(row)
-                return row.id
+                return row_id
         except Exception as err:
             self._mark_down(err)
             return None

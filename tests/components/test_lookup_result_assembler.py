@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -184,7 +185,7 @@ def _inputs(docs: list[Document], *, candidates: int | None = None, budget: int 
 
 
 def _keys_recursive(value: Any) -> set[str]:
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):  # the result itself is a FrozenDict
         return set(value) | {k for v in value.values() for k in _keys_recursive(v)}
     if isinstance(value, list):
         return {k for v in value for k in _keys_recursive(v)}
@@ -494,7 +495,7 @@ class TestLookupResultAssembler:
         assert details["evidence_block_count"] == 2
         assert details["sidecar"]["enabled"] is False
         assert [b["evidence_key"] for b in details["evidence_blocks"]] == ["alerts/doc1.md#1", "alerts/doc2.md#2"]
-        json.dumps(details)  # stored in a JSON column
+        json.dumps(dict(details))  # stored in a JSON column: its values are plain JSON
 
     def test_sidecar_report_goes_to_details_only(self):
         inputs = _inputs([_doc(1), _doc(2)])
@@ -522,7 +523,7 @@ class TestLookupResultAssembler:
         assert long_preview.endswith("…")
         assert long_text.startswith(long_preview.removesuffix("…"))
         assert short_preview == short_text
-        assert long_text not in json.dumps(details, ensure_ascii=False)
+        assert long_text not in json.dumps(dict(details), ensure_ascii=False)
 
     def test_details_default_preview_length(self):
         long_text = "z" * 5000

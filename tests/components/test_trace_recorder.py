@@ -168,7 +168,7 @@ class TestTraceRecorder:
         assert row.error is None
         assert row.latency_ms >= 250
         assert row.retrieval_details["latency_ms"] == row.latency_ms
-        expected = json.loads(json.dumps(details))
+        expected = json.loads(json.dumps(dict(details)))
         assert {k: v for k, v in row.retrieval_details.items() if k != "latency_ms"} == expected
         assert [b["evidence_key"] for b in row.retrieval_details["evidence_blocks"]] == [
             "alerts/doc1.md#0",
