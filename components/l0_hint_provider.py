@@ -7,6 +7,7 @@ from typing import Any
 
 from haystack import component, logging
 
+from components.core.frozen import FrozenDict
 from components.core.text_matching import has_cjk, mentions
 from components.store.knowledge_index import CachedKnowledgeIndex, KnowledgeIndex, hint_values
 
@@ -139,18 +140,19 @@ class L0HintProvider:
         """Return hint data with nothing matched."""
         return {"matched_titles": [], "matched_keywords": [], "domains": [], "entities": [], "matched_doc_ids": []}
 
-    @component.output_types(hints=dict[str, Any], category_filter=str)
+    @component.output_types(hints=FrozenDict, category_filter=str)
     def run(self, query: str) -> dict[str, Any]:
         """
         Match the query against the knowledge base's hint terms.
 
         :param query: The normalized query; empty gives empty hints.
-        :returns: `hints` (`matched_titles`, `matched_keywords`, `domains`, `entities`, `matched_doc_ids`) and
-            `category_filter` (the single unambiguous category, or an empty string).
+        :returns: `hints` (a read-only `FrozenDict`, which the pipeline hands on without copying: `matched_titles`,
+            `matched_keywords`, `domains`, `entities`, `matched_doc_ids`) and `category_filter` (the single
+            unambiguous category, or an empty string).
         """
         hints = self.empty_hints()
         if not self.enabled or not query.strip():
-            return {"hints": hints, "category_filter": ""}
+            return {"hints": FrozenDict(hints), "category_filter": ""}
         self.warm_up()
         folded = query.casefold()
         matched: dict[str, set[str]] = {kind: set() for kind in _KINDS}
@@ -171,4 +173,4 @@ class L0HintProvider:
         hints["domains"] = sorted(d for d in domains if d)
         hints["matched_doc_ids"] = sorted(documents[p].doc_id for p in docs)
         category_filter = hints["domains"][0] if len(hints["domains"]) == 1 else ""
-        return {"hints": hints, "category_filter": category_filter}
+        return {"hints": FrozenDict(hints), "category_filter": category_filter}

@@ -14,7 +14,7 @@ NO_EVIDENCE_MESSAGE = (
 )
 
 
-def _has_hints(hints: dict[str, Any]) -> bool:
+def _has_hints(hints: Record) -> bool:
     return any(hints.get(k) for k in ("matched_titles", "matched_keywords", "domains", "entities", "matched_doc_ids"))
 
 
@@ -177,7 +177,7 @@ class LookupResultAssembler:
         rerank_trace: Record,
         dedup_summary: Record,
         query_transform: dict[str, Any] | None = None,
-        hints: dict[str, Any] | None = None,
+        hints: Record | None = None,
         category_filter: str | None = None,
         session_summary: dict[str, Any] | None = None,
         error: str | None = None,

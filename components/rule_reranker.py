@@ -5,7 +5,7 @@ from typing import Any
 
 from haystack import Document, component
 
-from components.core.frozen import Documents, FrozenDict, FrozenList
+from components.core.frozen import Documents, FrozenDict, FrozenList, Record
 from components.core.scores import boost_reasons
 from components.core.text_matching import mentions
 
@@ -96,7 +96,7 @@ class RuleReranker:
         category, best = max(votes.items(), key=lambda item: (item[1], item[0]))
         return category if category and best / sum(votes.values()) >= self.consensus_min_share else ""
 
-    def _boosts(self, doc: Document, hints: dict[str, Any], consensus: str = "") -> list[dict[str, Any]]:
+    def _boosts(self, doc: Document, hints: Record, consensus: str = "") -> list[dict[str, Any]]:
         meta, text = doc.meta, doc.content or ""
         boosts: list[dict[str, Any]] = []
 
@@ -125,7 +125,7 @@ class RuleReranker:
         return boosts
 
     @component.output_types(documents=FrozenList[Document], rerank_trace=FrozenDict, ranking=FrozenList[str])
-    def run(self, documents: Documents, hints: dict[str, Any] | None = None) -> dict[str, Any]:
+    def run(self, documents: Documents, hints: Record | None = None) -> dict[str, Any]:
         """
         Rerank candidates.
 
