@@ -216,10 +216,18 @@ def language_offsets(
 
     # measured from a chunk lying on the query's own language centroid, so that rank scores stay near similarities
     reference = offset(c_q, c_q / (np.linalg.norm(c_q) or 1.0))
+    if not vectors:
+        return {}
+    # `offset` term by term: c_q·x for every chunk in one product, the centroid terms once per language
+    ids = list(vectors)
+    toward_query = _unit(np.asarray([vectors[i] for i in ids], dtype=np.float32)) @ c_q
+    centroid_terms: dict[str, float] = {}
+    for language in {languages.get(i, "") for i in ids}:
+        c_x = centroids.get(language, overall)
+        centroid_terms[language] = float(q @ c_x - weight * (c_q @ c_x))
     return {
-        chunk_id: offset(centroids.get(languages.get(chunk_id, ""), overall), _unit(np.asarray([v], np.float32))[0])
-        - reference
-        for chunk_id, v in vectors.items()
+        chunk_id: weight * (centroid_terms[languages.get(chunk_id, "")] + float(c_q_x)) / 2 - reference
+        for chunk_id, c_q_x in zip(ids, toward_query.tolist(), strict=True)
     }
 
 
