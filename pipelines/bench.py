@@ -390,7 +390,10 @@ def parse_scales(text: str | None) -> list[int] | None:
 def _configuration(queries: int, rounds: int) -> dict[str, Any]:
     return {
         "pipeline": "pipelines.yaml (sidecar off)",
-        "store": "Milvus Lite (embedded), BM25 inside Milvus",
+        "store": (
+            "Milvus Lite (embedded); BM25 as pipelines.yaml sets it (lexical_source auto: the index run's BM25 index "
+            "file), inside Milvus for lookup_pipeline_milvus_bm25"
+        ),
         "queries": queries,
         "rounds": rounds,
         "cpus": os.cpu_count(),
