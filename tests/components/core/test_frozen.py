@@ -102,36 +102,31 @@ class TestFrozenDict:
         assert _deepcopy_with_exceptions({"trace": frozen})["trace"] is frozen
 
 
+def _wired(emitter: Any, receiver: _Receiver, sockets: tuple[str, ...] = ("documents", "trace")) -> Pipeline:
+    pipeline = Pipeline()
+    pipeline.add_component("emitter", emitter)
+    pipeline.add_component("receiver", receiver)
+    for socket in sockets:
+        pipeline.connect(f"emitter.{socket}", f"receiver.{socket}")
+    return pipeline
+
+
 @pytest.mark.integration
 class TestHandOffInAPipeline:
     def test_a_pipeline_hands_frozen_values_on_without_copying_them(self):
         emitter, receiver = _Emitter(frozen=True), _Receiver()
-        pipeline = Pipeline()
-        pipeline.add_component("emitter", emitter)
-        pipeline.add_component("receiver", receiver)
-        pipeline.connect("emitter.documents", "receiver.documents")
-        pipeline.connect("emitter.trace", "receiver.trace")
-        assert pipeline.run({"emitter": {"text": "disk full"}}) == {"receiver": {"count": 1}}
+        assert _wired(emitter, receiver).run({"emitter": {"text": "disk full"}}) == {"receiver": {"count": 1}}
         assert receiver.received["documents"] is emitter.sent["documents"]
         assert receiver.received["trace"] is emitter.sent["trace"]
 
     def test_a_plain_list_and_dict_are_copied_as_before(self):
         # what the frozen values save: the same connection with plain values hands on copies
         emitter, receiver = _Emitter(frozen=False), _Receiver()
-        pipeline = Pipeline()
-        pipeline.add_component("emitter", emitter)
-        pipeline.add_component("receiver", receiver)
-        pipeline.connect("emitter.documents", "receiver.documents")
-        pipeline.connect("emitter.trace", "receiver.trace")
-        pipeline.run({"emitter": {"text": "disk full"}})
+        _wired(emitter, receiver).run({"emitter": {"text": "disk full"}})
         assert receiver.received["documents"] is not emitter.sent["documents"]
         assert receiver.received["documents"][0] is not emitter.sent["documents"][0]
         assert receiver.received["trace"] == emitter.sent["trace"]
 
     def test_haystack_components_lists_connect_to_our_inputs(self):
-        receiver = _Receiver()
-        pipeline = Pipeline()
-        pipeline.add_component("emitter", _ListEmitter())
-        pipeline.add_component("receiver", receiver)
-        pipeline.connect("emitter.documents", "receiver.documents")
+        pipeline = _wired(_ListEmitter(), _Receiver(), sockets=("documents",))
         assert pipeline.run({"emitter": {"text": "disk full"}}) == {"receiver": {"count": 1}}
