@@ -148,7 +148,7 @@ class LookupResultAssembler:
             for rank, d in enumerate(blocks, start=1)
         ]
         return {
-            "weights": dict(rerank_trace.get("weights", {})),
+            "weights": rerank_trace.get("weights", {}),
             "max_boost": rerank_trace.get("max_boost", 0.0),
             "items": items,
         }

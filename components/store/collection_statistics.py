@@ -211,22 +211,23 @@ def language_offsets(
     q = _unit(np.asarray([query], dtype=np.float32))[0]
     c_q = centroids.get(query_language, overall)
 
-    def offset(c_x: np.ndarray, x: np.ndarray) -> float:
-        return weight * float(q @ c_x + c_q @ x - weight * (c_q @ c_x)) / 2
-
-    # measured from a chunk lying on the query's own language centroid, so that rank scores stay near similarities
-    reference = offset(c_q, c_q / (np.linalg.norm(c_q) or 1.0))
     if not vectors:
         return {}
-    # `offset` term by term: c_q·x for every chunk in one product, the centroid terms once per language
+
+    def centroid_term(c_x: np.ndarray) -> float:  # q·c_x - w c_q·c_x: one value per chunk language
+        return float(q @ c_x - weight * (c_q @ c_x))
+
+    def offset(centroid_part: float, c_q_x: float) -> float:
+        return weight * (centroid_part + c_q_x) / 2
+
+    # measured from a chunk lying on the query's own language centroid, so that rank scores stay near similarities
+    reference = offset(centroid_term(c_q), float(c_q @ (c_q / (np.linalg.norm(c_q) or 1.0))))
     ids = list(vectors)
+    # c_q·x for every chunk in one product; the centroid part once per language
     toward_query = _unit(np.asarray([vectors[i] for i in ids], dtype=np.float32)) @ c_q
-    centroid_terms: dict[str, float] = {}
-    for language in {languages.get(i, "") for i in ids}:
-        c_x = centroids.get(language, overall)
-        centroid_terms[language] = float(q @ c_x - weight * (c_q @ c_x))
+    parts = {lang: centroid_term(centroids.get(lang, overall)) for lang in {languages.get(i, "") for i in ids}}
     return {
-        chunk_id: weight * (centroid_terms[languages.get(chunk_id, "")] + float(c_q_x)) / 2 - reference
+        chunk_id: offset(parts[languages.get(chunk_id, "")], c_q_x) - reference
         for chunk_id, c_q_x in zip(ids, toward_query.tolist(), strict=True)
     }
 
