@@ -6,6 +6,7 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict, logging
 
+from components.store.json_metadata_document_store import category_column_value
 from components.store.knowledge_collection import KnowledgeCollection, deserialize_collection_inplace
 from components.store.lexical import lexical_text
 from components.store.schema import CROSSLINGUAL_META_KEY
@@ -134,6 +135,8 @@ class MilvusChunkWriter:
             s.vector_field: doc.embedding,
             s.metadata_field: _json_safe(meta),
         }
+        if self.collection.has_category_column():
+            row[s.category_field] = category_column_value(meta, s)
         crosslingual = self._crosslingual_vector(doc)
         if crosslingual is not None:
             row[s.crosslingual_field] = crosslingual

@@ -12,11 +12,14 @@ alike; the figures are medians, percentiles and ratios of that run:
 - `stages_ms`: where a lookup's time goes, per pipeline component (its `run`), per retrieval stage (dense search,
   BM25, ... from the attempts' `stage_ms`) and the `framework`'s share (a lookup's time outside every component's
   `run`: Haystack's input copies and scheduling);
+- `filtered_retrieval`: the retriever's `run` with a category filter (the collection's largest category) beside the
+  same run without one, query by query: a lookup filters only when L0 names one category, which the eval questions
+  may never do on a synthetic collection, so this times the filtered search at every scale;
 - `index_throughput_ratio`: indexing characters/s over the embedding models' own characters/s on the same texts;
 - `cold_start_s`: process start -> first answer of `lookup-knowledge ask` (median of fresh processes);
 - with `scales`, the same lookups on synthetic collections of that many chunks (`pipelines.scale_corpus`), each
-  measured in a process of its own: p50/p95 of lookup and bare, their ratio, the stages, the process' peak RSS,
-  the cold start, and `p95_ratio_100k_vs_1k` (largest scale over smallest).
+  measured in a process of its own: p50/p95 of lookup and bare, their ratio, the stages, the filtered retrieval,
+  the process' peak RSS, the cold start, and `p95_ratio_100k_vs_1k` (largest scale over smallest).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from haystack import Pipeline
 from milvus_haystack import MilvusDocumentStore, MilvusEmbeddingRetriever
@@ -244,6 +247,10 @@ def time_lookups(
     figures["p50_ratio_sidecar_off_to_no_sidecar"] = round(
         medians["lookup_pipeline"] / medians["lookup_pipeline_without_sidecar"], 3
     )
+    category = _largest_category(index)
+    if category:
+        embedder = cast(OfflineTextEmbedder, bare.get_component("embedder"))
+        figures.update(time_filtered_retrieval(retriever, embedder, queries, category, rounds))
     if compare:
         figures["compared_overrides"] = compare
         figures["p50_ratio_lookup_to_compared"] = round(
@@ -252,6 +259,48 @@ def time_lookups(
     for pipeline in (full, in_milvus, without_sidecar):
         _close(pipeline)
     return figures
+
+
+def time_filtered_retrieval(
+    retriever: FilteredRetryRetriever, embedder: OfflineTextEmbedder, queries: list[str], category: str, rounds: int
+) -> dict[str, Any]:
+    """
+    Time the retriever's `run` with and without a category filter, alternated query by query.
+
+    A lookup filters only when L0 names one category, which the eval questions may never do on a synthetic
+    collection; this times the filtered search (and the unfiltered retry when its result is weak) on every scale.
+
+    :param retriever: A warmed-up retriever.
+    :param embedder: The query embedder (its vectors are computed once, outside the timings).
+    :param queries: The queries.
+    :param category: The category filter.
+    :param rounds: How many times every query runs each way.
+    :returns: `filtered_retrieval` (category, p50/p95 ms of filtered and unfiltered runs, their p50 ratio).
+    """
+    vectors = [embedder.run(text=query)["embedding"] for query in queries]
+    timings: dict[str, list[float]] = {"filtered": [], "unfiltered": []}
+    for round_no in range(rounds):
+        for i, (query, vector) in enumerate(zip(queries, vectors, strict=True)):
+            order = [category, None] if (i + round_no) % 2 == 0 else [None, category]
+            for category_filter in order:
+                started = time.perf_counter()
+                retriever.run(query_embedding=vector, query=query, category_filter=category_filter)
+                elapsed = (time.perf_counter() - started) * 1000
+                timings["filtered" if category_filter else "unfiltered"].append(elapsed)
+    return {
+        "filtered_retrieval": {
+            "category": category,
+            "latency_ms": {name: _summary(values) for name, values in timings.items()},
+            "p50_ratio_filtered_to_unfiltered": _ratio(timings["filtered"], timings["unfiltered"]),
+        }
+    }
+
+
+def _largest_category(index: KnowledgeIndex) -> str:
+    counts: dict[str, int] = defaultdict(int)
+    for document in index.documents:
+        counts[document.category] += 1
+    return max(sorted(counts), key=lambda category: counts[category]) if counts else ""
 
 
 def _ratio(lookups: list[float], bare: list[float]) -> float | None:

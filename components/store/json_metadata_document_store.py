@@ -6,7 +6,7 @@ from haystack import Document
 from haystack.errors import FilterError
 from milvus_haystack import MilvusDocumentStore
 
-from components.store.schema import CollectionSchema, string_literal
+from components.store.schema import CATEGORY_MAX_BYTES, CollectionSchema, string_literal
 
 _COMPARISONS = ("==", "!=", ">", ">=", "<", "<=")
 
@@ -22,15 +22,42 @@ def _literal(value: Any) -> str:
     raise FilterError(msg)
 
 
+def _column_value(value: Any) -> bool:
+    """Whether a category fits the category column: a string of 1 to `CATEGORY_MAX_BYTES` UTF-8 bytes."""
+    if not isinstance(value, str):
+        return False
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate: the JSON metadata keeps it as its backslash escape
+        return False
+    return 0 < size <= CATEGORY_MAX_BYTES
+
+
+def category_column_value(meta: dict[str, Any], schema: CollectionSchema) -> str:
+    """
+    The category column's value for a chunk: its metadata value under the copied key when that is a string.
+
+    :param meta: The chunk's metadata.
+    :param schema: The collection schema (`category_field` names both the key and the column).
+    :returns: The value, or `""` when the key is missing or holds no string the column can hold.
+    """
+    value = meta.get(schema.category_field)
+    return str(value) if _column_value(value) else ""
+
+
 def json_filter_expression(filters: dict[str, Any] | None, schema: CollectionSchema) -> str:
     """
     Translate Haystack filters on `meta.<key>` into a Milvus expression on the JSON metadata column.
 
     Supports the comparison operators, `in` / `not in` (expanded to `==` / `!=` chains, since Milvus Lite refuses
-    `in` on JSON paths) and AND / OR / NOT. Values are always quoted literals, never pasted text.
+    `in` on JSON paths) and AND / OR / NOT. Values are always quoted literals, never pasted text. Equality with a
+    non-empty string on the key the schema's `category_field` copies reads that column instead of the JSON path:
+    the same rows match (the column holds `""` where the key is missing or holds no string it can hold), and Milvus
+    Lite filters a column in one vectorized pass but a JSON path row by row.
 
     :param filters: Haystack filters, or None.
-    :param schema: The collection schema (names the metadata column).
+    :param schema: The collection schema (names the metadata column, and the category column where the collection
+        has one: else its `category_field` must be `""`).
     :returns: The expression ("" for no filter).
     :raises FilterError: For an unsupported field, operator or value.
     """
@@ -53,6 +80,9 @@ def json_filter_expression(filters: dict[str, Any] | None, schema: CollectionSch
         msg = f"filter field {field!r} must start with 'meta.'"
         raise FilterError(msg)
     key = schema.json_key(field[5:])
+    values = value if operator == "in" and isinstance(value, list) else [value]
+    if field[5:] == schema.category_field and operator in ("==", "in") and all(_column_value(v) for v in values):
+        key = schema.category_field
     if operator in _COMPARISONS:
         return f"({key} {operator} {_literal(value)})"
     if operator in ("in", "not in") and isinstance(value, list) and value:
@@ -85,7 +115,12 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
     """
 
     def __init__(
-        self, *, metadata_field: str = "metadata", vector_output_fields: list[str] | None = None, **kwargs: Any
+        self,
+        *,
+        metadata_field: str = "metadata",
+        vector_output_fields: list[str] | None = None,
+        category_field: str = "",
+        **kwargs: Any,
     ) -> None:
         """
         Open the store (this connects, as `MilvusDocumentStore` does).
@@ -93,29 +128,34 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
         :param metadata_field: The JSON metadata column.
         :param vector_output_fields: Vector fields that embedding retrieval also returns, as
             `meta[VECTORS_META_KEY][field]` (none by default: evidence needs no vectors).
+        :param category_field: A column of the collection that copies the metadata key of the same name
+            (`CollectionSchema.category_field`), which equality filters on that key read; `""` for none.
         :param kwargs: `MilvusDocumentStore` arguments.
         """
         super().__init__(**kwargs)
         self.metadata_field = metadata_field
         self.vector_output_fields = list(vector_output_fields or [])
-        CollectionSchema(metadata_field=metadata_field).validate()
+        self.category_field = category_field
+        CollectionSchema(metadata_field=metadata_field, category_field=category_field).validate()
         self._schema = CollectionSchema(
             collection_name=self.collection_name,
             id_field=self._primary_field,
             content_field=self._text_field,
             vector_field=self._vector_field,
             metadata_field=metadata_field,
+            category_field=category_field,
         )
 
     def to_dict(self) -> dict[str, Any]:
         """
-        Serialize the store, including `metadata_field`.
+        Serialize the store, including `metadata_field`, `vector_output_fields` and `category_field`.
 
         :returns: The serialized store.
         """
         data = super().to_dict()
         data["init_parameters"]["metadata_field"] = self.metadata_field
         data["init_parameters"]["vector_output_fields"] = self.vector_output_fields
+        data["init_parameters"]["category_field"] = self.category_field
         return data
 
     def _flatten(self, docs: list[Document]) -> list[Document]:

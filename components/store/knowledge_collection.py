@@ -120,6 +120,7 @@ class KnowledgeCollection:
         sparse_field: str | None = None,
         crosslingual_field: str | None = None,
         crosslingual_dimension: int | None = None,
+        category_field: str | None = None,
         token: Secret | None = Secret.from_env_var("MILVUS_TOKEN", strict=False),  # noqa: B008 - Haystack's idiom
         consistency_level: str = "Strong",
     ) -> None:
@@ -149,6 +150,9 @@ class KnowledgeCollection:
             across languages, which ranks answers written in another language than the query; `""` creates none.
             A collection without it (indexed before it existed, or by another tool) is read without it.
         :param crosslingual_dimension: That field's dimension (512, use-multilingual-v3's).
+        :param category_field: Column of a new collection copying each chunk's metadata value under the key of the
+            same name (`category`), which category filters read instead of the JSON metadata; `""` creates none. A
+            collection without it is filtered on the JSON metadata (slow at scale on Milvus Lite).
         :param token: Milvus server token (a Haystack `Secret`, by default the `MILVUS_TOKEN` environment variable
             when it is set); never serialized as a value, never logged.
         :param consistency_level: Read consistency. `Strong` by default: pymilvus defaults to `Bounded`, under
@@ -172,6 +176,7 @@ class KnowledgeCollection:
         self.sparse_field = sparse_field
         self.crosslingual_field = crosslingual_field
         self.crosslingual_dimension = crosslingual_dimension
+        self.category_field = category_field
         self.token = token
         self.consistency_level = consistency_level
         self._schema = CollectionSchema.from_attributes(self)  # validates what is set
@@ -201,6 +206,7 @@ class KnowledgeCollection:
             sparse_field=self.sparse_field,
             crosslingual_field=self.crosslingual_field,
             crosslingual_dimension=self.crosslingual_dimension,
+            category_field=self.category_field,
             token=self.token,
             consistency_level=self.consistency_level,
         )
@@ -381,6 +387,18 @@ class KnowledgeCollection:
         field = self._schema.crosslingual_field
         return bool(field) and description is not None and field in description.fields
 
+    def has_category_column(self) -> bool:
+        """
+        :returns: Whether the collection has its category column (False when it does not exist yet).
+        """
+        description = self.description()
+        field = self._schema.category_field
+        return bool(field) and description is not None and field in description.fields
+
+    def _filter_schema(self) -> CollectionSchema:
+        """The schema filter expressions are built on: without the category column where the collection lacks it."""
+        return self._schema if self.has_category_column() else self._schema.with_values(category_field="")
+
     def full_text_field(self) -> str:
         """
         :returns: The sparse output field of the collection's BM25 function, or `""` when it has none.
@@ -399,6 +417,7 @@ class KnowledgeCollection:
         store = JsonMetadataMilvusDocumentStore(
             metadata_field=s.metadata_field,
             vector_output_fields=list(vector_fields),
+            category_field=self._filter_schema().category_field,
             connection_args=connection,
             collection_name=s.collection_name,
             primary_field=s.id_field,
@@ -487,7 +506,7 @@ class KnowledgeCollection:
     ) -> list[Document]:
         self._require()
         metric = self._schema.metric_type
-        expr = json_filter_expression(filters, self._schema)
+        expr = json_filter_expression(filters, self._filter_schema())
         hits = self.store.search(vector, top_k=top_k, expr=expr, vector_fields=vector_fields)
         return [
             Document(
@@ -599,7 +618,7 @@ class KnowledgeCollection:
             terms = lexical_text(query)
             if not terms:
                 return [], path
-            expr = json_filter_expression(filters, self._schema)
+            expr = json_filter_expression(filters, self._filter_schema())
             return self.store.full_text_search(terms, self.full_text_field(), top_k=top_k, expr=expr), path
         category = _category_of(filters)
         if filters is None or category is not None:

@@ -17,7 +17,7 @@ from haystack import logging
 from pymilvus import DataType, Function, FunctionType, MilvusClient, MilvusException
 
 from components.store.lexical import K1, LEXICAL_MAX_BYTES, B
-from components.store.schema import CollectionSchema, client_options, is_lite_uri, string_literal
+from components.store.schema import CATEGORY_MAX_BYTES, CollectionSchema, client_options, is_lite_uri, string_literal
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +173,9 @@ class MilvusChunkStore:
         schema.add_field(s.content_field, DataType.VARCHAR, max_length=65535)
         schema.add_field(s.vector_field, DataType.FLOAT_VECTOR, dim=s.dimension)
         schema.add_field(s.metadata_field, DataType.JSON)
+        if s.category_field:
+            # no default: a row written without it would silently fall out of every category filter
+            schema.add_field(s.category_field, DataType.VARCHAR, max_length=CATEGORY_MAX_BYTES)
         index = self.client.prepare_index_params()
         index.add_index(field_name=s.vector_field, index_type=s.index_type, metric_type=s.metric_type)
         if crosslingual:

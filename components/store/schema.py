@@ -4,7 +4,9 @@ The default is the Java original's: a VARCHAR primary key `id`, the chunk text `
 and a JSON `metadata` column. Where Milvus has full-text search (2.5+ and Milvus Lite), a new collection also gets
 `lexical` (the chunk's BM25 terms) and `sparse` (filled from it by Milvus' BM25 function). A new collection also
 gets `crosslingual`, each chunk's vector from a model aligned across languages (use-multilingual-v3), read only to
-rank answers in another language than the query's. Names, dimension, metric
+rank answers in another language than the query's, and `category`, a copy of each chunk's `metadata["category"]` in
+a column of its own: Milvus Lite evaluates a JSON path filter row by row in Python (a category-filtered search took
+9 s at 100k chunks), a column filter in one vectorized pass. Names, dimension, metric
 and index are configurable, so a collection created by another tool with that schema is used as it is.
 """
 
@@ -22,6 +24,8 @@ _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CROSSLINGUAL_META_KEY = "crosslingual_embedding"
 #: use-multilingual-v3, the model whose vectors bridge languages (pipelines/indexing.yaml `crosslingual_embedder`)
 CROSSLINGUAL_DIMENSION = 512
+#: the category column's capacity (Milvus' largest VARCHAR); a longer category is filtered on the JSON metadata
+CATEGORY_MAX_BYTES = 65_535
 
 
 _LITERAL_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
@@ -112,6 +116,7 @@ class CollectionSchema:
     sparse_field: str = "sparse"
     crosslingual_field: str = "crosslingual"
     crosslingual_dimension: int = CROSSLINGUAL_DIMENSION
+    category_field: str = "category"
 
     @classmethod
     def from_attributes(cls, owner: object) -> CollectionSchema:
@@ -164,6 +169,12 @@ class CollectionSchema:
             msg = (
                 f"crosslingual_field={self.crosslingual_field!r} must be an identifier, or '' for a collection "
                 "without cross-lingual vectors"
+            )
+            raise ValueError(msg)
+        if self.category_field and not _KEY.match(self.category_field):
+            msg = (
+                f"category_field={self.category_field!r} must be an identifier (the metadata key it copies), or '' "
+                "for a collection that filters on the JSON metadata column"
             )
             raise ValueError(msg)
         if self.crosslingual_dimension < 1:

@@ -465,7 +465,8 @@ class TestFilteredRetryRetriever:
             rows = l2.client.query("knowledge_chunks", filter='id != ""', output_fields=["*"])
             cosine.drop()
             cosine.ensure_collection()
-            cosine.insert([{k: r[k] for k in ("id", "content", "vector", "metadata", "crosslingual")} for r in rows])
+            fields = ("id", "content", "vector", "metadata", "crosslingual", "category")
+            cosine.insert([{k: r[k] for k in fields} for r in rows])
             cosine.flush()
         finally:
             l2.close()
@@ -498,7 +499,16 @@ class TestFilteredRetryRetriever:
             target.drop()
             target.ensure_collection()
             target.insert(
-                [{"pk": r["id"], "text": r["content"], "emb": r["vector"], "meta_json": r["metadata"]} for r in rows]
+                [
+                    {
+                        "pk": r["id"],
+                        "text": r["content"],
+                        "emb": r["vector"],
+                        "meta_json": r["metadata"],
+                        "category": r["category"],
+                    }
+                    for r in rows
+                ]
             )
             target.flush()
         finally:
@@ -611,7 +621,7 @@ class TestFilteredRetryRetriever:
         )
         try:
             source.load()
-            fields = ["id", "content", "vector", "metadata"]
+            fields = ["id", "content", "vector", "metadata", "category"]
             rows = source.client.query("knowledge_chunks", filter='id != ""', output_fields=fields)
             target.drop()
             target.ensure_collection()

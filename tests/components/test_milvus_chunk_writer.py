@@ -133,7 +133,7 @@ class TestMilvusChunkWriter:
         client = writer.collection.store.client
         assert client.has_collection(name_of(writer))
         fields = {f["name"]: f for f in client.describe_collection(name_of(writer))["fields"]}
-        assert set(fields) == {"pk", "text", "emb", "meta_json", "lexical", "sparse"}
+        assert set(fields) == {"pk", "text", "emb", "meta_json", "lexical", "sparse", "category"}
         assert fields["pk"].get("is_primary") is True
         assert fields["emb"]["params"]["dim"] == DIM
         names = client.list_indexes(name_of(writer))
@@ -146,7 +146,7 @@ class TestMilvusChunkWriter:
         writer = make_writer(lexical_field="", sparse_field="")
         writer.run(documents=[chunk("a.md", "v1", 0)])
         fields = {f["name"] for f in writer.collection.store.client.describe_collection(name_of(writer))["fields"]}
-        assert fields == {"pk", "text", "emb", "meta_json"}
+        assert fields == {"pk", "text", "emb", "meta_json", "category"}
         assert writer.full_text_fields is None
         assert set(rows(writer)["a.md@v1#0"]) == fields
 
@@ -170,9 +170,9 @@ class TestMilvusChunkWriter:
     def test_run_writes_rows_with_the_configured_fields(self, make_writer):
         writer = make_writer()
         docs = [
-            chunk("alerts/disk.md", "v1", 0, title="Disk Full", keywords=["disk", "inode"]),
-            chunk("alerts/disk.md", "v1", 1, title="Disk Full", keywords=["disk", "inode"]),
-            chunk("payments/refund.md", "v7", 0, text="退款在审核通过后七个工作日内原路退回。"),
+            chunk("alerts/disk.md", "v1", 0, title="Disk Full", keywords=["disk", "inode"], category="alerts"),
+            chunk("alerts/disk.md", "v1", 1, title="Disk Full", keywords=["disk", "inode"], category="alerts"),
+            chunk("payments/refund.md", "v7", 0, text="退款在审核通过后七个工作日内原路退回。"),  # no category
         ]
         out = writer.run(documents=docs)
         assert out["written"] == 3
@@ -185,7 +185,8 @@ class TestMilvusChunkWriter:
         assert set(stored) == {d.id for d in docs}
         for doc in docs:
             row = stored[doc.id]
-            assert set(row) == {"pk", "text", "emb", "meta_json", "lexical", "sparse"}
+            assert set(row) == {"pk", "text", "emb", "meta_json", "lexical", "sparse", "category"}
+            assert row["category"] == doc.meta.get("category", "")  # the JSON metadata's, in a column of its own
             assert row["lexical"] == lexical_text(doc.content)
             assert row["sparse"]  # filled by Milvus' BM25 function, not by the writer
             assert row["text"] == doc.content
@@ -412,8 +413,9 @@ class TestMilvusChunkWriter:
             "text": "written by another tool",
             "emb": unit(2),
             "meta_json": {"source": "a.md"},
+            "category": "",
         }
-        bare = {"pk": "foreign-2", "text": "no metadata at all", "emb": unit(3), "meta_json": {}}
+        bare = {"pk": "foreign-2", "text": "no metadata at all", "emb": unit(3), "meta_json": {}, "category": ""}
         writer.collection.store.client.insert(name_of(writer), [foreign, bare])
         writer.collection.store.flush()
 
@@ -428,7 +430,8 @@ class TestMilvusChunkWriter:
         writer = make_writer()
         writer.run(documents=[chunk("a.md", "v1", 0)])
         writer.collection.store.client.insert(
-            name_of(writer), [{"pk": "foreign", "text": "x", "emb": unit(1), "meta_json": {"source": "a.md"}}]
+            name_of(writer),
+            [{"pk": "foreign", "text": "x", "emb": unit(1), "meta_json": {"source": "a.md"}, "category": ""}],
         )
         writer.collection.store.flush()
         assert writer.remove_stale({}) == 1
@@ -458,6 +461,7 @@ class TestMilvusChunkWriter:
                 "lexical",
                 "sparse",
                 "crosslingual",
+                "category",
             }
         finally:
             collection.drop()

@@ -168,6 +168,7 @@ class TestSidecarRetriever:
                         "content": "zebra stripes, an older version of the runbook",
                         "vector": [1.0] + [0.0] * 383,
                         "metadata": {"source": "alerts/disk.md", "doc_version": "old", "chunk_index": 9},
+                        "category": "",
                         "lexical": lexical_text("zebra stripes, an older version of the runbook"),
                         "crosslingual": [1.0] + [0.0] * 511,
                     }

@@ -43,6 +43,13 @@ class TestRunBench:
         assert figures["cold_start_s"] == figures["cold_start_runs_s"][0] > 0
         assert 100 < figures["ask_peak_rss_mb"] < 4000  # one fresh `ask` process: models, pipeline, Milvus Lite
         assert figures["configuration"]["queries"] == 3 and figures["units"]["latency"] == "ms"
+        # the category filter timed on its own (ties between categories go to the first name)
+        filtered = figures["filtered_retrieval"]
+        assert filtered["category"] == "alerts"
+        timings = filtered["latency_ms"]
+        assert set(timings) == {"filtered", "unfiltered"} and all(t["p50"] > 0 for t in timings.values())
+        ratio = timings["filtered"]["p50"] / timings["unfiltered"]["p50"]
+        assert filtered["p50_ratio_filtered_to_unfiltered"] == pytest.approx(ratio, abs=0.01)
 
     def test_stages_account_for_the_lookup(self, tiny_kb: Path, tmp_path: Path):
         (tiny_kb / "eval.jsonl").write_text(json.dumps({"query": "disk full on a node"}), encoding="utf-8")
@@ -89,6 +96,7 @@ class TestScales:
             assert scale["corpus"]["chunks"] == int(size)
             assert "not embedded" in scale["corpus"]["vectors"]
             assert scale["latency_ms"]["lookup_pipeline"]["p95"] > 0 and scale["stages_ms"]["embedder"] > 0
+            assert scale["filtered_retrieval"]["latency_ms"]["filtered"]["p95"] > 0
             # the worker's own peak, not this process' (which holds the pool and two pipelines more)
             assert 100 < scale["peak_rss_mb"] < 4000
         p95 = [figures["scales"][n]["latency_ms"]["lookup_pipeline"]["p95"] for n in ("60", "30")]

@@ -8,12 +8,17 @@ from haystack.errors import FilterError
 from milvus_haystack import MilvusEmbeddingRetriever
 
 from components.core.embedding_backends import get_backend
-from components.store.json_metadata_document_store import JsonMetadataMilvusDocumentStore, json_filter_expression
+from components.store.json_metadata_document_store import (
+    JsonMetadataMilvusDocumentStore,
+    category_column_value,
+    json_filter_expression,
+)
 from components.store.milvus_chunk_store import MilvusChunkStore
 from components.store.schema import CollectionSchema
 from tests.conftest import index_tiny_kb
 
-SCHEMA = CollectionSchema()
+SCHEMA = CollectionSchema(category_field="")  # a collection without the category column: JSON paths only
+COLUMN = CollectionSchema()  # with the category column
 L2_INDEX = {"metric_type": "L2", "index_type": "AUTOINDEX", "params": {}}
 TRICKY = ['a"b\\c', 'x" or metadata["category"] != "', "alerts", "退款"]
 TRICKY_COLLECTION = "tricky_chunks"
@@ -59,8 +64,19 @@ def data_dir(tmp_path_factory) -> Path:
                     "content": f"row {i}",
                     "vector": unit(i),
                     "metadata": {"category": value, "rank": i, "hot": i % 2 == 0},
+                    "category": value,
                 }
                 for i, value in enumerate(TRICKY)
+            ]
+            # the column and the JSON metadata disagree: tells which one a filter read
+            + [
+                {
+                    "id": "split",
+                    "content": "split",
+                    "vector": unit(0),
+                    "metadata": {"category": "in-json"},
+                    "category": "in-column",
+                }
             ]
         )
         store.flush()
@@ -156,7 +172,7 @@ class TestJsonFilterExpression:
         )
 
     def test_uses_the_schema_metadata_column(self):
-        schema = CollectionSchema(metadata_field="meta_json")
+        schema = CollectionSchema(metadata_field="meta_json", category_field="")
         assert json_filter_expression(category("x"), schema) == '(meta_json["category"] == "x")'
 
     @pytest.mark.parametrize(
@@ -180,6 +196,45 @@ class TestJsonFilterExpression:
     def test_odd_metadata_keys_raise(self, field):
         with pytest.raises((FilterError, ValueError)):
             json_filter_expression({"field": field, "operator": "==", "value": "v"}, SCHEMA)
+
+    def test_category_equality_reads_the_category_column(self):
+        assert json_filter_expression(category("x"), COLUMN) == '(category == "x")'
+        assert (
+            json_filter_expression(category(["a", "退款"], "in"), COLUMN) == '(category == "a" or category == "退款")'
+        )
+        assert json_filter_expression(category('a"b\\c'), COLUMN) == r'(category == "a\"b\\c")'
+
+    @pytest.mark.parametrize(
+        ("filters", "expected"),
+        [
+            (category("x", "!="), '(metadata["category"] != "x")'),  # a missing key matches no comparison
+            (category(["a"], "not in"), '(metadata["category"] != "a")'),
+            (category(""), '(metadata["category"] == "")'),  # the column's "" also stands for a missing key
+            (category(7), '(metadata["category"] == 7)'),
+            (category(["a", 7], "in"), '(metadata["category"] == "a" or metadata["category"] == 7)'),
+            (category("sur\udcff"), r'(metadata["category"] == "sur\\udcff")'),  # never sent in the column
+            (category("x" * 65_536), '(metadata["category"] == "' + "x" * 65_536 + '")'),  # longer than the column
+            ({"field": "meta.title", "operator": "==", "value": "x"}, '(metadata["title"] == "x")'),
+        ],
+    )
+    def test_everything_else_reads_the_json_metadata(self, filters, expected):
+        assert json_filter_expression(filters, COLUMN) == expected
+
+    @pytest.mark.parametrize(
+        ("meta", "expected"),
+        [
+            ({"category": "alerts"}, "alerts"),
+            ({"category": "退款 / 到账"}, "退款 / 到账"),
+            ({}, ""),
+            ({"category": None}, ""),
+            ({"category": 7}, ""),
+            ({"category": ["a"]}, ""),
+            ({"category": "sur\udcff"}, ""),
+            ({"category": "x" * 65_536}, ""),
+        ],
+    )
+    def test_category_column_value(self, meta, expected):
+        assert category_column_value(meta, COLUMN) == expected
 
     def test_filters_are_not_mutated(self):
         filters = {"operator": "AND", "conditions": [category(["a", "b"], "in"), {"operator": "NOT", "conditions": []}]}
@@ -250,6 +305,18 @@ class TestJsonMetadataMilvusDocumentStore:
         docs = store._embedding_retrieval(unit(0), filters=category(value), top_k=10)
         assert [d.meta["category"] for d in docs] == [value]
         assert docs[0].id == f"row{TRICKY.index(value)}"
+
+    @pytest.mark.integration
+    def test_category_field_filters_on_the_column(self, make_store):
+        column = make_store(TRICKY_COLLECTION, category_field="category")
+        assert column.to_dict()["init_parameters"]["category_field"] == "category"
+        assert [d.id for d in column._embedding_retrieval(unit(0), filters=category("in-column"))] == ["split"]
+        assert column._embedding_retrieval(unit(0), filters=category("in-json")) == []
+        json_only = make_store(TRICKY_COLLECTION)
+        assert [d.id for d in json_only._embedding_retrieval(unit(0), filters=category("in-json"))] == ["split"]
+        for value in TRICKY:
+            ids = [d.id for d in column._embedding_retrieval(unit(0), filters=category(value), top_k=10)]
+            assert ids == [d.id for d in json_only._embedding_retrieval(unit(0), filters=category(value), top_k=10)]
 
     @pytest.mark.integration
     def test_number_and_boolean_filters_run_on_milvus(self, make_store):

@@ -113,6 +113,7 @@ class TestKnowledgeCollection:
             ({"lexical_field": "bad-name"}, "lexical_field='bad-name'"),
             ({"sparse_field": ""}, "go together"),
             ({"lexical_field": ""}, "go together"),
+            ({"category_field": "cat-egory"}, "category_field='cat-egory'"),
         ],
     )
     def test_invalid_init(self, kwargs, match):
@@ -131,6 +132,7 @@ class TestKnowledgeCollection:
             "sparse_field": "terms_bm25",
             "crosslingual_field": "bridge",
             "crosslingual_dimension": 256,
+            "category_field": "area",
             "consistency_level": "Bounded",
             **CUSTOM_FIELDS,
         }
@@ -248,6 +250,24 @@ class TestKnowledgeCollection:
             assert a.meta["score_semantics"] == b.meta["score_semantics"] == "l2_distance"
         if filters:
             assert {d.meta["category"] for d in sdk} == {"payments"}
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("category_field", ["category", ""])
+    def test_category_filters_find_the_same_chunks_with_and_without_the_category_column(
+        self, make_collection, data_dir, category_field
+    ):
+        """A collection indexed before the column existed (or created without it) is filtered on its JSON metadata."""
+        name = f"cat_{category_field or 'none'}"
+        write_chunks(data_dir, name, ["disk alert", "refund", "plan"], category_field=category_field)
+        collection = make_collection(collection_name=name, index_path=str(data_dir / "none.json"))
+        assert collection.has_category_column() is bool(category_field)
+        vector = [1.0] + [0.0] * 383
+        for path in ("sdk", "haystack"):
+            assert len(collection.dense_search(vector, 10, category_is("misc"), path=path)) == 3
+            assert collection.dense_search(vector, 10, category_is("other"), path=path) == []
+        if category_field:  # the writer filled the column from each chunk's metadata
+            rows = collection.store.client.query(name, filter="", output_fields=["category"], limit=10)
+            assert [row["category"] for row in rows] == ["misc"] * 3
 
     def test_an_unknown_dense_path_is_rejected(self):
         with pytest.raises(ValueError, match="path='bm25'"):

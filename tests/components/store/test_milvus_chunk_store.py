@@ -14,7 +14,13 @@ def store(tmp_path):
     s = MilvusChunkStore(str(tmp_path / "milvus.db"), CollectionSchema("chunks", dimension=4, crosslingual_field=""))
     s.ensure_collection()
     rows = [
-        {"id": f"r{i}", "content": f"row {i}", "vector": [float(i == j) for j in range(4)], "metadata": {}}
+        {
+            "id": f"r{i}",
+            "content": f"row {i}",
+            "vector": [float(i == j) for j in range(4)],
+            "metadata": {},
+            "category": "",
+        }
         for i in range(4)
     ]
     s.insert(rows)
