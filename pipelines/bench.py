@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 from haystack import Pipeline
 from milvus_haystack import MilvusDocumentStore, MilvusEmbeddingRetriever
@@ -50,6 +51,7 @@ from components.markdown_loader import MarkdownKnowledgeLoader
 from components.offline_text_embedder import OfflineTextEmbedder
 from components.sidecar_retriever import SidecarRetriever
 from components.store.knowledge_index import KnowledgeIndex
+from components.store.schema import is_lite_uri
 from pipelines import load_pipeline, lookup
 from pipelines.indexing import IndexSummary, KnowledgeIndexer
 from pipelines.loading import node_of_type
@@ -436,13 +438,28 @@ def parse_scales(text: str | None) -> list[int] | None:
     return sizes
 
 
-def _configuration(queries: int, rounds: int) -> dict[str, Any]:
+def store_label(milvus_uri: str) -> str:
+    """
+    Name the store a bench ran on, for its configuration: Milvus Lite, or the server's address without credentials.
+
+    :param milvus_uri: The deployment's Milvus URI.
+    :returns: The label.
+    """
+    if is_lite_uri(milvus_uri):
+        store = "Milvus Lite (embedded)"
+    else:
+        address = urlsplit(milvus_uri)
+        store = f"a Milvus server at {address.scheme}://{address.hostname}:{address.port} (MILVUS_URI)"
+    return (
+        f"{store}; BM25 as pipelines.yaml sets it (lexical_source auto: the index run's BM25 index file), inside "
+        "Milvus for lookup_pipeline_milvus_bm25"
+    )
+
+
+def _configuration(queries: int, rounds: int, milvus_uri: str) -> dict[str, Any]:
     return {
         "pipeline": "pipelines.yaml (sidecar off)",
-        "store": (
-            "Milvus Lite (embedded); BM25 as pipelines.yaml sets it (lexical_source auto: the index run's BM25 index "
-            "file), inside Milvus for lookup_pipeline_milvus_bm25"
-        ),
+        "store": store_label(milvus_uri),
         "queries": queries,
         "rounds": rounds,
         "cpus": os.cpu_count(),
@@ -501,7 +518,7 @@ def run_bench(
         start = cold_start(deployment.data_dir, queries[0], cold_start_runs)
     say("timing lookups")
     figures: dict[str, Any] = {
-        "configuration": _configuration(len(queries), rounds),
+        "configuration": _configuration(len(queries), rounds, deployment.milvus_uri),
         "units": UNITS,
         "knowledge": str(kb),
         "documents": summary.files,

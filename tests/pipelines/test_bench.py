@@ -9,7 +9,7 @@ from haystack import Pipeline, component
 from sqlmodel import Session, select
 
 from components.trace.trace_store import ToolInvocation, TraceStore
-from pipelines.bench import FRAMEWORK, StageTimer, parse_scales, run_bench
+from pipelines.bench import FRAMEWORK, StageTimer, parse_scales, run_bench, store_label
 from pipelines.cli import main
 from pipelines.loading import parse_override
 from pipelines.settings import Deployment
@@ -43,6 +43,7 @@ class TestRunBench:
         assert figures["cold_start_s"] == figures["cold_start_runs_s"][0] > 0
         assert 100 < figures["ask_peak_rss_mb"] < 4000  # one fresh `ask` process: models, pipeline, Milvus Lite
         assert figures["configuration"]["queries"] == 3 and figures["units"]["latency"] == "ms"
+        assert figures["configuration"]["store"].startswith("Milvus Lite (embedded); ")
         # the category filter timed on its own (ties between categories go to the first name)
         filtered = figures["filtered_retrieval"]
         assert filtered["category"] == "alerts"
@@ -117,6 +118,16 @@ class TestScales:
         assert main(["bench", "--scale", "1k,lots"]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("lookup-knowledge: --scale '1k,lots'") and "\n" not in err
+
+
+class TestStoreLabel:
+    def test_a_server_is_named_by_its_address_without_credentials(self):
+        label = store_label("http://root:s3cret@127.0.0.1:19530")
+        assert label.startswith("a Milvus server at http://127.0.0.1:19530 (MILVUS_URI); ")
+        assert "s3cret" not in label and "root" not in label
+
+    def test_a_lite_path_is_milvus_lite(self):
+        assert store_label("/srv/kb/milvus.db").startswith("Milvus Lite (embedded); ")
 
 
 class TestStageTimer:
