@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -299,10 +299,9 @@ def time_filtered_retrieval(
 
 
 def _largest_category(index: KnowledgeIndex) -> str:
-    counts: dict[str, int] = defaultdict(int)
-    for document in index.documents:
-        counts[document.category] += 1
-    return max(sorted(counts), key=lambda category: counts[category]) if counts else ""
+    """The category of the most documents (ties: the first name), or "" when no document has one."""
+    counts = Counter(document.category for document in index.documents if document.category.strip())
+    return max(sorted(counts), key=counts.__getitem__) if counts else ""
 
 
 def _ratio(lookups: list[float], bare: list[float]) -> float | None:
@@ -449,7 +448,8 @@ def store_label(milvus_uri: str) -> str:
         store = "Milvus Lite (embedded)"
     else:
         address = urlsplit(milvus_uri)
-        store = f"a Milvus server at {address.scheme}://{address.hostname}:{address.port} (MILVUS_URI)"
+        host = address.netloc.rpartition("@")[2]  # without `user:password@`
+        store = f"a Milvus server at {address.scheme}://{host} (MILVUS_URI)"
     return (
         f"{store}; BM25 as pipelines.yaml sets it (lexical_source auto: the index run's BM25 index file), inside "
         "Milvus for lookup_pipeline_milvus_bm25"

@@ -125,6 +125,7 @@ class TestStoreLabel:
         label = store_label("http://root:s3cret@127.0.0.1:19530")
         assert label.startswith("a Milvus server at http://127.0.0.1:19530 (MILVUS_URI); ")
         assert "s3cret" not in label and "root" not in label
+        assert store_label("https://milvus.example.com").startswith("a Milvus server at https://milvus.example.com ")
 
     def test_a_lite_path_is_milvus_lite(self):
         assert store_label("/srv/kb/milvus.db").startswith("Milvus Lite (embedded); ")
