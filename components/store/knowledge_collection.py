@@ -383,16 +383,16 @@ class KnowledgeCollection:
         """
         :returns: Whether the collection has its cross-lingual vector field (False when it does not exist yet).
         """
-        description = self.description()
-        field = self._schema.crosslingual_field
-        return bool(field) and description is not None and field in description.fields
+        return self._has_field(self._schema.crosslingual_field)
 
     def has_category_column(self) -> bool:
         """
         :returns: Whether the collection has its category column (False when it does not exist yet).
         """
+        return self._has_field(self._schema.category_field)
+
+    def _has_field(self, field: str) -> bool:
         description = self.description()
-        field = self._schema.category_field
         return bool(field) and description is not None and field in description.fields
 
     def _filter_schema(self) -> CollectionSchema:
