@@ -6,9 +6,11 @@ import components  # noqa: F401 - first: test modules import Haystack, and this 
 
 import shutil
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from pymilvus import MilvusClient
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KNOWLEDGE_DIR = REPO_ROOT / "knowledge"
@@ -159,3 +161,22 @@ def trace_url(request, tmp_path) -> str:
         return f"sqlite:///{tmp_path}/traces.db"
     server = request.getfixturevalue("postgres_server")
     return server.create_database(f"t_{uuid.uuid4().hex[:12]}")
+
+
+def count_index_requests(monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """
+    Count every `MilvusClient.describe_index` and `list_indexes` call of this test (each is one DescribeIndex
+    request, for which Milvus Lite counts every row of the collection).
+
+    :returns: Calls per method name, updated as they happen.
+    """
+    calls: Counter = Counter()
+    for name in ("describe_index", "list_indexes"):
+        real = getattr(MilvusClient, name)
+
+        def counted(self, *args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(MilvusClient, name, counted)
+    return calls

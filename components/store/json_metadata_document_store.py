@@ -120,6 +120,7 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
         metadata_field: str = "metadata",
         vector_output_fields: list[str] | None = None,
         category_field: str = "",
+        vector_index: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         """
@@ -130,8 +131,14 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
             `meta[VECTORS_META_KEY][field]` (none by default: evidence needs no vectors).
         :param category_field: A column of the collection that copies the metadata key of the same name
             (`CollectionSchema.category_field`), which equality filters on that key read; `""` for none.
+        :param vector_index: The vector field's index as `MilvusClient.describe_index` returned it, when the caller
+            has just described it (None: the store describes it).
         :param kwargs: `MilvusDocumentStore` arguments.
         """
+        self.vector_index = dict(vector_index) if vector_index else None
+        # opening describes the vector index three times, and Milvus Lite counts every row of the collection for
+        # each (0.5 s at 100k chunks): the index found first is remembered
+        self._described_index = self.vector_index
         super().__init__(**kwargs)
         self.metadata_field = metadata_field
         self.vector_output_fields = list(vector_output_fields or [])
@@ -148,7 +155,7 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
 
     def to_dict(self) -> dict[str, Any]:
         """
-        Serialize the store, including `metadata_field`, `vector_output_fields` and `category_field`.
+        Serialize the store, including `metadata_field`, `vector_output_fields`, `category_field` and `vector_index`.
 
         :returns: The serialized store.
         """
@@ -156,7 +163,13 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
         data["init_parameters"]["metadata_field"] = self.metadata_field
         data["init_parameters"]["vector_output_fields"] = self.vector_output_fields
         data["init_parameters"]["category_field"] = self.category_field
+        data["init_parameters"]["vector_index"] = self.vector_index
         return data
+
+    def _get_index(self) -> dict[str, Any] | None:
+        if self._described_index is None:
+            self._described_index = super()._get_index()
+        return self._described_index
 
     def _flatten(self, docs: list[Document]) -> list[Document]:
         for doc in docs:

@@ -9,9 +9,10 @@ by the index version.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,7 @@ def _category_of(filters: dict[str, Any] | None) -> str | None:
     return None
 
 
-def _is_active(meta: dict[str, Any], active: dict[str, str]) -> bool:
+def _is_active(meta: dict[str, Any], active: Mapping[str, str]) -> bool:
     """A chunk of its document's active version, or one without a version (written by another tool)."""
     return not meta.get("doc_version") or active.get(meta.get("source", "")) == meta["doc_version"]
 
@@ -409,7 +410,7 @@ class KnowledgeCollection:
     # --- dense search ---------------------------------------------------------------------------------------
 
     def _haystack_retriever(self, vector_fields: tuple[str, ...] = ()) -> MilvusEmbeddingRetriever:
-        self._require()
+        description = self._require()
         s = self._schema
         connection: dict[str, Any] = {"uri": self.uri, **client_options(self.uri)}
         if self.token is not None and self.token.resolve_value():
@@ -418,6 +419,7 @@ class KnowledgeCollection:
             metadata_field=s.metadata_field,
             vector_output_fields=list(vector_fields),
             category_field=self._filter_schema().category_field,
+            vector_index=description.vector_index,
             connection_args=connection,
             collection_name=s.collection_name,
             primary_field=s.id_field,
@@ -762,16 +764,16 @@ class KnowledgeCollection:
 
     # --- versions and scans ---------------------------------------------------------------------------------
 
-    def active_versions(self) -> dict[str, str]:
+    def active_versions(self) -> Mapping[str, str]:
         """
-        The active version per source, as the knowledge index file says now.
+        The active version per source, as the knowledge index file says now (read once per index version).
 
-        :returns: Source to version; empty before anything was indexed.
+        :returns: Source to version (read-only); empty before anything was indexed.
         """
-        return self._versions.get()[0].active_versions()
+        return self._cache.get("active_versions", lambda: MappingProxyType(self._versions.get()[0].active_versions()))
 
     def drop_superseded(
-        self, docs: list[Document], searched_under: dict[str, str] | None = None
+        self, docs: list[Document], searched_under: Mapping[str, str] | None = None
     ) -> tuple[list[Document], int]:
         """
         Keep, per document, the chunks of one version: the active one, else the one active when the search began.
@@ -789,9 +791,16 @@ class KnowledgeCollection:
         active = self.active_versions()
         if not active:
             return docs, 0
-        kept_version = dict(searched_under or {})
+        searched = searched_under or {}
         found = {(d.meta.get("source", ""), d.meta.get("doc_version")) for d in docs}
-        kept_version.update({s: v for s, v in active.items() if (s, v) in found or s not in kept_version})
+        # only the found documents' sources: the index may name 10k documents, a lookup finds a few dozen chunks
+        kept_version = {}
+        for source, _ in found:
+            current = active.get(source)
+            if current is not None and ((source, current) in found or source not in searched):
+                kept_version[source] = current
+            elif source in searched:
+                kept_version[source] = searched[source]
         kept = [d for d in docs if _is_active(d.meta, kept_version)]
         return kept, len(docs) - len(kept)
 

@@ -55,6 +55,7 @@ class CollectionDescription:
     dimension: int | None  # of the configured vector field, None when it has none
     metric_type: str | None  # of the vector field's index, None when it has none
     full_text: tuple[str, str] | None  # (text field, sparse field) of its BM25 function
+    vector_index: dict[str, Any] | None = None  # the vector field's index as Milvus describes it
 
 
 class MilvusChunkStore:
@@ -177,7 +178,10 @@ class MilvusChunkStore:
             # no default: a row written without it would silently fall out of every category filter
             schema.add_field(s.category_field, DataType.VARCHAR, max_length=CATEGORY_MAX_BYTES)
         index = self.client.prepare_index_params()
-        index.add_index(field_name=s.vector_field, index_type=s.index_type, metric_type=s.metric_type)
+        # named after its field, so that one request describes it (`_vector_index`); a server names it otherwise
+        index.add_index(
+            field_name=s.vector_field, index_name=s.vector_field, index_type=s.index_type, metric_type=s.metric_type
+        )
         if crosslingual:
             # read by id only (never searched), but Milvus loads no collection with an unindexed vector field
             schema.add_field(s.crosslingual_field, DataType.FLOAT_VECTOR, dim=s.crosslingual_dimension)
@@ -238,14 +242,33 @@ class MilvusChunkStore:
         dimension = next(
             (int(f["params"]["dim"]) for f in description.get("fields") or [] if f["name"] == s.vector_field), None
         )
-        metric = None
-        for name in self.client.list_indexes(s.collection_name):
-            index = self.client.describe_index(s.collection_name, name)
-            if index.get("field_name") == s.vector_field:
-                metric = str(index.get("metric_type") or "") or None
+        index = self._vector_index()
+        metric = str(index["metric_type"]) if index and index.get("metric_type") else None
         return CollectionDescription(
-            fields=fields, dimension=dimension, metric_type=metric, full_text=_full_text(description)
+            fields=fields,
+            dimension=dimension,
+            metric_type=metric,
+            full_text=_full_text(description),
+            vector_index=index,
         )
+
+    def _vector_index(self) -> dict[str, Any] | None:
+        """
+        The vector field's index, in one request where it is named after its field (as this store names it).
+
+        Milvus Lite counts every row of the collection to describe an index (0.5 s at 100k chunks), so the indexes
+        are listed only when the index has another name (created by another tool).
+        """
+        s = self.schema
+        try:
+            index = self.client.describe_index(s.collection_name, s.vector_field)
+        except MilvusException:  # no index of that name, and several others (Milvus Lite answers with all of them)
+            index = None
+        if index is not None and index.get("field_name") == s.vector_field:
+            return dict(index)
+        names = self.client.list_indexes(s.collection_name, field_name=s.vector_field)
+        index = self.client.describe_index(s.collection_name, names[0]) if names else None
+        return dict(index) if index else None
 
     def drop(self) -> None:
         """Drop the collection if it exists."""

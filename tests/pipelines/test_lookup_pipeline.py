@@ -19,7 +19,7 @@ from components.trace.trace_store import ToolInvocation, TraceStore
 from pipelines import load_pipeline, lookup
 from pipelines.indexing import KnowledgeIndexer
 from pipelines.settings import DEFAULT_INDEXING_PIPELINE, DEFAULT_LOOKUP_PIPELINE, Deployment
-from tests.conftest import write_tiny_kb
+from tests.conftest import count_index_requests, write_tiny_kb
 
 pytestmark = pytest.mark.integration
 
@@ -176,6 +176,14 @@ class TestLookupPipeline:
         assert [a["name"] for a in trace["attempts"]] == ["filtered"]
         assert trace["selectedAttempt"] == "filtered" and trace["fallbackReason"] is None
         assert self.trace_row(deployment, result).fallback_reason is None
+
+    def test_opening_a_pipeline_describes_the_vector_index_once(self, make_pipeline, monkeypatch):
+        """Milvus Lite counts every row of the collection for each index it describes (0.5 s at 100k chunks)."""
+        calls = count_index_requests(monkeypatch)
+        pipe = make_pipeline(retriever={"reference_threshold": 0.5, "evidence_threshold": 0.5})
+        assert lookup(pipe, "where are the legacy mainframe disk usage reports")["found"] is True  # two attempts
+        assert lookup(pipe, "disk full on the node")["found"] is True
+        assert calls == {"describe_index": 1}
 
     def test_filtered_retrieval_no_evidence_retries_unfiltered(self, pipeline, deployment):
         result = lookup(pipeline, "where are the legacy mainframe disk usage reports")

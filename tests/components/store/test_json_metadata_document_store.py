@@ -15,7 +15,7 @@ from components.store.json_metadata_document_store import (
 )
 from components.store.milvus_chunk_store import MilvusChunkStore
 from components.store.schema import CollectionSchema
-from tests.conftest import index_tiny_kb
+from tests.conftest import count_index_requests, index_tiny_kb
 
 SCHEMA = CollectionSchema(category_field="")  # a collection without the category column: JSON paths only
 COLUMN = CollectionSchema()  # with the category column
@@ -263,6 +263,31 @@ class TestJsonMetadataMilvusDocumentStore:
             assert isinstance(restored, JsonMetadataMilvusDocumentStore)
             assert restored.collection_name == "knowledge_chunks"
             assert restored.metadata_field == "meta_json"
+        finally:
+            restored.client.close()
+
+    @pytest.mark.integration
+    def test_opening_describes_the_vector_index_once(self, make_store, monkeypatch):
+        """The stock store describes it three times while opening; Milvus Lite counts every row each time."""
+        calls = count_index_requests(monkeypatch)
+        store = make_store()
+        assert calls == {"list_indexes": 1, "describe_index": 1}
+        assert (
+            store.search_params["metric_type"]
+            == store.client.describe_index("knowledge_chunks", "vector")["metric_type"]
+        )
+
+    @pytest.mark.integration
+    def test_a_described_index_is_not_described_again(self, make_store, monkeypatch):
+        described = make_store().client.describe_index("knowledge_chunks", "vector")
+        calls = count_index_requests(monkeypatch)
+        store = make_store(vector_index=described)
+        assert not calls
+        assert store.vector_index == described
+        assert store.search_params["metric_type"] == described["metric_type"]
+        restored = JsonMetadataMilvusDocumentStore.from_dict(store.to_dict())
+        try:
+            assert restored.vector_index == described
         finally:
             restored.client.close()
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -312,6 +313,23 @@ class TestKnowledgeCollection:
         new = [replace(d, id=f"{d.id}-new", meta={**d.meta, "doc_version": "newer"}) for d in old[:1]]
         kept, dropped = collection.drop_superseded([*docs, *new], before)  # the new version found too: only it
         assert dropped == len(old) and [d for d in kept if d.meta["source"] == "faq/plans.md"] == new
+
+    @pytest.mark.integration
+    def test_active_versions_are_read_once_per_index_version(self, make_collection, data_dir, tmp_path):
+        path = tmp_path / "knowledge_index.json"
+        index = KnowledgeIndex.load(data_dir / "knowledge_index.json")
+        index.save(path)
+        collection = make_collection(index_path=str(path))
+        active = collection.active_versions()
+        assert (
+            collection.active_versions() is active and active["faq/plans.md"] == index.active_versions()["faq/plans.md"]
+        )
+        with pytest.raises(TypeError):
+            active["faq/plans.md"] = "changed by a caller"  # type: ignore[index]
+        index.by_source()["faq/plans.md"].doc_version = "newer"
+        index.save(path)
+        os.utime(path, ns=(1, path.stat().st_mtime_ns + 1_000_000))
+        assert collection.active_versions()["faq/plans.md"] == "newer"
 
     # --- lexical search: inside Milvus or in-process ----------------------------------------------------------
 
