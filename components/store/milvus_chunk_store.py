@@ -183,9 +183,12 @@ class MilvusChunkStore:
             field_name=s.vector_field, index_name=s.vector_field, index_type=s.index_type, metric_type=s.metric_type
         )
         if crosslingual:
-            # read by id only (never searched), but Milvus loads no collection with an unindexed vector field
+            # read by id only (never searched), but Milvus loads no collection with an unindexed vector field: FLAT,
+            # which keeps the vectors as they are, where a graph index would be built for nothing
             schema.add_field(s.crosslingual_field, DataType.FLOAT_VECTOR, dim=s.crosslingual_dimension)
-            index.add_index(field_name=s.crosslingual_field, index_type="AUTOINDEX", metric_type="IP")
+            index.add_index(
+                field_name=s.crosslingual_field, index_name=s.crosslingual_field, index_type="FLAT", metric_type="IP"
+            )
         if full_text:
             schema.add_field(
                 s.lexical_field,
@@ -206,6 +209,7 @@ class MilvusChunkStore:
             )
             index.add_index(
                 field_name=s.sparse_field,
+                index_name=s.sparse_field,
                 index_type="SPARSE_INVERTED_INDEX",
                 metric_type="BM25",
                 params=_BM25_PARAMS,

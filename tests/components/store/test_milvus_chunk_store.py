@@ -110,3 +110,40 @@ class TestMilvusChunkStore:
             store.close()
             client.drop_collection(name)
             client.close()
+
+    def test_the_crosslingual_vectors_get_no_graph_index(self, tmp_path):
+        """
+        They are read by id, never searched: a graph index would be built (about 8 s per 20k vectors) for nothing.
+        (The test tier's 2.3 server takes one vector field per collection: it gets no cross-lingual vectors.)
+        """
+        store = MilvusChunkStore(str(tmp_path / "milvus.db"), CollectionSchema("cross", dimension=4))
+        try:
+            store.ensure_collection()
+            crosslingual = [[0.0] * 512 for _ in range(3)]
+            for i, vector in enumerate(crosslingual):
+                vector[i] = 1.0
+            store.insert(
+                [
+                    {
+                        "id": f"r{i}",
+                        "content": f"row {i}",
+                        "vector": [float(i == j) for j in range(4)],
+                        "metadata": {},
+                        "category": "",
+                        "crosslingual": crosslingual[i],
+                    }
+                    for i in range(3)
+                ]
+            )
+            store.flush()
+            name = store.schema.collection_name
+            assert store.client.describe_index(name, "crosslingual")["index_type"] == "FLAT"
+            assert store.describe().vector_index["index_type"] == store.schema.index_type
+            rows = store.get_rows(["r2", "r0"], vector_fields=["crosslingual"])
+            assert {r["id"]: r["vectors"]["crosslingual"][:3] for r in rows} == {
+                "r2": [0.0, 0.0, 1.0],
+                "r0": [1.0, 0.0, 0.0],
+            }
+        finally:
+            store.drop()
+            store.close()
