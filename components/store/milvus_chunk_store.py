@@ -214,9 +214,11 @@ class MilvusChunkStore:
                 metric_type="BM25",
                 params=_BM25_PARAMS,
             )
-        self.client.create_collection(
-            s.collection_name, schema=schema, index_params=index, consistency_level=self.consistency_level
-        )
+        self.client.create_collection(s.collection_name, schema=schema, consistency_level=self.consistency_level)
+        # not `create_collection(index_params=...)`: pymilvus then sleeps 0.5 s before it first asks whether each
+        # index of the empty collection is built (1.5 s of a fresh index run of knowledge/); `load` waits for them
+        self.client.create_index(s.collection_name, index, sync=False)
+        self.load()
         logger.info(
             "Created Milvus collection {collection} (full-text search: {full_text}, cross-lingual vectors: "
             "{crosslingual})",

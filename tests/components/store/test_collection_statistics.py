@@ -3,7 +3,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from components.store.collection_statistics import MIN_LANGUAGE_CHUNKS, CollectionStatistics, language_offsets
+from components.core.embedding_backends import E5_SMALL, get_backend
+from components.store import collection_statistics
+from components.store.collection_statistics import (
+    MIN_LANGUAGE_CHUNKS,
+    CollectionStatistics,
+    compute_statistics,
+    embed_probes,
+    language_offsets,
+    noise_probes,
+    probe_vectors_file,
+    shipped_probe_vectors,
+)
 
 
 def _unit(values: list[float]) -> np.ndarray:
@@ -62,3 +73,72 @@ class TestLanguageOffsets:
         assert language_offsets([1.0, 0.0], "en", vectors, languages, statistics, 0.0) == {}
         assert language_offsets([1.0, 0.0], "en", vectors, languages, one_language, 0.75) == {}
         assert language_offsets([1.0, 0.0], "en", vectors, languages, None, 0.75) == {}
+
+
+class _CountingEncoder:
+    """The shipped lookup model's query encoder, counting the texts it embeds (optionally turning them)."""
+
+    def __init__(self, turn: bool = False) -> None:
+        self.texts = 0
+        self.turn = turn
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        self.texts += len(texts)
+        vectors = get_backend(E5_SMALL).embed_queries(texts)
+        return np.roll(vectors, 1, axis=1) if self.turn else vectors
+
+
+@pytest.fixture
+def no_cached_probes(monkeypatch):
+    monkeypatch.setattr(collection_statistics, "_PROBE_VECTORS", {})
+
+
+class TestProbeVectors:
+    def test_the_shipped_file_is_what_the_shipped_model_gives(self):
+        """Fails when the probes or the model change without `python scripts/probe_vectors.py`."""
+        texts = noise_probes()
+        shipped = np.load(probe_vectors_file(texts, E5_SMALL), allow_pickle=False)
+        computed = embed_probes(texts, get_backend(E5_SMALL).embed_queries)
+        np.testing.assert_allclose(shipped, computed, rtol=0, atol=1e-6)  # the tolerance an index run accepts
+
+    def test_an_index_run_embeds_two_probes_to_check_the_file(self, no_cached_probes):
+        encoder = _CountingEncoder()
+        statistics = compute_statistics([[("x", [1.0] + [0.0] * 383, ["x"])]], encoder, E5_SMALL)
+        assert statistics.noise_probes == 200
+        assert encoder.texts == 2
+        vectors = shipped_probe_vectors(noise_probes(), encoder, E5_SMALL)
+        assert vectors is not None and vectors.shape == (200, 384)
+
+    @pytest.mark.parametrize("model", [E5_SMALL, "another-model"])
+    def test_another_model_embeds_every_probe(self, no_cached_probes, monkeypatch, model):
+        turned = _CountingEncoder(turn=True)  # a model that embeds otherwise, under the same name or another
+        chunks = [("the disk is full", [1.0] + [0.0] * 383, ["disk", "full"])]
+        statistics = compute_statistics([chunks], turned, model)
+        assert turned.texts == 2 * (model == E5_SMALL) + 200  # the check where a file is shipped, then every probe
+        monkeypatch.setattr(collection_statistics, "_PROBE_VECTORS", {})
+        shipped = compute_statistics([chunks], get_backend(E5_SMALL).embed_queries, E5_SMALL)
+        assert statistics.noise_similarity != shipped.noise_similarity
+
+    def test_statistics_are_the_same_with_and_without_the_file(self, no_cached_probes, tmp_path, monkeypatch):
+        chunks = [
+            (text, get_backend(E5_SMALL).embed_passages([text])[0].tolist(), text.split())
+            for text in ("the disk is full", "退款多久到账")
+        ]
+        with_file = compute_statistics([chunks], get_backend(E5_SMALL).embed_queries, E5_SMALL)
+        monkeypatch.setattr(collection_statistics, "_PROBE_VECTORS", {})
+        monkeypatch.setattr(collection_statistics, "PROBE_VECTORS_DIR", tmp_path)
+        assert compute_statistics([chunks], get_backend(E5_SMALL).embed_queries, E5_SMALL) == with_file
+
+    @pytest.mark.parametrize("content", [b"", b"not a numpy file", None])
+    def test_a_damaged_or_mismatched_file_is_not_used(self, no_cached_probes, tmp_path, monkeypatch, content):
+        monkeypatch.setattr(collection_statistics, "PROBE_VECTORS_DIR", tmp_path)
+        texts = noise_probes()
+        path = probe_vectors_file(texts, E5_SMALL)
+        if content is None:  # a readable file of the wrong shape
+            np.save(path, np.zeros((3, 384), dtype=np.float32))
+        else:
+            path.write_bytes(content)
+        encoder = _CountingEncoder()
+        assert shipped_probe_vectors(texts, encoder, E5_SMALL) is None
+        assert compute_statistics([[("x", [1.0] + [0.0] * 383, ["x"])]], encoder, E5_SMALL).noise_probes == 200
+        assert encoder.texts == 200
