@@ -4,6 +4,7 @@ import uuid
 
 import pytest
 from pymilvus import DataType, MilvusClient, MilvusException
+from pymilvus.client.grpc_handler import GrpcHandler
 
 from components.store.milvus_chunk_store import MilvusChunkStore
 from components.store.schema import CollectionSchema
@@ -146,4 +147,19 @@ class TestMilvusChunkStore:
             }
         finally:
             store.drop()
+            store.close()
+
+    def test_creating_a_collection_does_not_wait_on_its_indexes(self, tmp_path, monkeypatch):
+        """pymilvus sleeps 0.5 s per index before it asks whether the empty collection's index is built."""
+
+        def no_waiting(*args, **kwargs):
+            raise AssertionError("waited for an index of an empty collection")
+
+        monkeypatch.setattr(GrpcHandler, "wait_for_creating_index", no_waiting)
+        store = MilvusChunkStore(str(tmp_path / "milvus.db"), CollectionSchema("fresh", dimension=4))
+        try:
+            assert store.ensure_collection()
+            assert store.describe().metric_type == store.schema.metric_type
+            assert store.client.get_load_state("fresh")["state"].name == "Loaded"
+        finally:
             store.close()
