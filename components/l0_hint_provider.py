@@ -14,6 +14,9 @@ from components.store.knowledge_index import CachedKnowledgeIndex, KnowledgeInde
 logger = logging.getLogger(__name__)
 
 _KINDS = ("title", "keyword", "entity", "category")
+# terms are filed under their first few characters: a query then looks at the terms filed under its own substrings
+# of that length, not at every term of the knowledge base (tens of thousands at 10k documents)
+_PREFIX_CHARS = 3
 
 
 @dataclass
@@ -24,6 +27,30 @@ class _TermIndex:
     terms: dict[str, dict[str, set[int]]] = field(default_factory=dict)
     originals: dict[tuple[str, str], str] = field(default_factory=dict)  # (kind, folded term) -> spelling
     domain_of: dict[str, str] = field(default_factory=dict)  # category-specific term -> its category
+    by_prefix: dict[str, list[str]] = field(default_factory=dict)  # first characters (casefolded) -> terms
+
+    def candidates(self, text: str) -> set[str]:
+        """
+        The terms that may occur in `text`: every term that is a substring of it, and others with the same start.
+
+        :param text: Casefolded text.
+        :returns: The candidate terms.
+        """
+        found: set[str] = set()
+        sizes = {len(prefix) for prefix in self.by_prefix}
+        for size in sizes:
+            for start in range(len(text) - size + 1):
+                filed = self.by_prefix.get(text[start : start + size])
+                if filed:
+                    found.update(filed)
+        return found
+
+
+def _file_by_prefix(terms: dict[str, Any]) -> dict[str, list[str]]:
+    filed: dict[str, list[str]] = defaultdict(list)
+    for term in terms:
+        filed[term.casefold()[:_PREFIX_CHARS]].append(term)
+    return dict(filed)
 
 
 @component
@@ -115,6 +142,7 @@ class L0HintProvider:
             terms={t: dict(k) for t, k in terms.items()},
             originals=originals,
             domain_of={t: d for t in terms if (d := self._domain(t, terms[t], index))},
+            by_prefix=_file_by_prefix(terms),
         )
 
     def _domain(self, term: str, kinds: dict[str, set[int]], index: KnowledgeIndex) -> str:
@@ -157,10 +185,11 @@ class L0HintProvider:
         folded = query.casefold()
         matched: dict[str, set[str]] = {kind: set() for kind in _KINDS}
         docs: set[int] = set()
-        for term, kinds in self._index.terms.items():
+        terms = self._index.terms
+        for term in self._index.candidates(folded.casefold()):
             if not mentions(folded, term):
                 continue
-            for kind, positions in kinds.items():
+            for kind, positions in terms[term].items():
                 matched[kind].add(term)
                 if kind != "category":
                     docs |= positions

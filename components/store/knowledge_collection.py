@@ -536,12 +536,18 @@ class KnowledgeCollection:
         :returns: Documents with the normalized similarity as `score` and `raw_score`, `score_semantics` in meta;
             ids that do not exist are left out.
         """
-        rows = self.store.get_rows(ids, vector_fields)
+        table = self.vector_table()
+        dense_field = self._schema.vector_field
+        table = table if table is not None and dense_field in table.fields else None
+        rows = self.store.get_rows(ids, vector_fields, dense=table is None)
         if not rows:
             return []
         metric = self._schema.metric_type
         query = np.asarray(vector, dtype=np.float32)
-        stored = np.asarray([r["vector"] for r in rows], dtype=np.float32)
+        stored = np.asarray(
+            [r["vector"] for r in rows] if table is None else self._dense_vectors([r["id"] for r in rows], table),
+            dtype=np.float32,
+        )
         raw = ((stored - query) ** 2).sum(axis=1) if metric == "L2" else stored @ query
         return [
             Document(
@@ -558,6 +564,19 @@ class KnowledgeCollection:
             for row, value in zip(rows, raw, strict=True)
         ]
 
+    def _dense_vectors(self, ids: list[str], table: VectorTable) -> list[Any]:
+        """
+        The dense vectors of `ids` from the index run's table, those it lacks from Milvus.
+
+        The table holds every chunk of its index version, and a chunk id names its version: a chunk it lacks was
+        written after the table (by a re-index under way).
+        """
+        found: dict[str, Any] = table.vectors(ids, self._schema.vector_field)
+        missing = [i for i in ids if i not in found]
+        if missing:
+            found.update(self.store.get_vectors(missing)[self._schema.vector_field])
+        return [found[i] for i in ids]
+
     def fetch(self, ids: list[str]) -> list[Document]:
         """
         Fetch chunks by id, without vectors.
@@ -565,7 +584,7 @@ class KnowledgeCollection:
         :param ids: Chunk ids.
         :returns: Documents in the order of `ids`; ids that do not exist are left out.
         """
-        rows = {r["id"]: r for r in self.store.get_rows(ids)}
+        rows = {r["id"]: r for r in self.store.get_rows(ids, dense=False)}
         return [Document(id=i, content=rows[i]["content"], meta=rows[i]["metadata"]) for i in ids if i in rows]
 
     # --- lexical search -------------------------------------------------------------------------------------

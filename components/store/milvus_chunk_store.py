@@ -386,14 +386,15 @@ class MilvusChunkStore:
         finally:
             iterator.close()
 
-    def get_rows(self, ids: list[str], vector_fields: Sequence[str] = ()) -> list[dict[str, Any]]:
+    def get_rows(self, ids: list[str], vector_fields: Sequence[str] = (), dense: bool = True) -> list[dict[str, Any]]:
         """
         Fetch rows by primary key, vectors included.
 
         :param ids: Primary keys.
         :param vector_fields: Other vector fields read in the same request.
-        :returns: `{id, content, metadata, vector, vectors}` per row found (`vectors`: `{field: vector}` of
-            `vector_fields`).
+        :param dense: Read the dense vector too (False: the caller has it; pymilvus decodes vectors float by float).
+        :returns: `{id, content, metadata, vector, vectors}` per row found (`vector`: None without `dense`;
+            `vectors`: `{field: vector}` of `vector_fields`).
         """
         if not ids:
             return []
@@ -403,7 +404,7 @@ class MilvusChunkStore:
         rows = self.client.get(
             s.collection_name,
             ids=ids,
-            output_fields=[s.content_field, s.metadata_field, s.vector_field, *others],
+            output_fields=[s.content_field, s.metadata_field, *([s.vector_field] if dense else []), *others],
             consistency_level=self.consistency_level,
         )
         return [
@@ -411,7 +412,7 @@ class MilvusChunkStore:
                 "id": row[s.id_field],
                 "content": row.get(s.content_field, ""),
                 "metadata": row.get(s.metadata_field) or {},
-                "vector": list(row[s.vector_field]),
+                "vector": list(row[s.vector_field]) if dense else None,
                 "vectors": {f: list(row[f]) for f in vector_fields},
             }
             for row in rows

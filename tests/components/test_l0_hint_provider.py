@@ -304,3 +304,39 @@ class TestL0HintProvider:
         strict = L0HintProvider(index_path=str(path), max_keyword_doc_fraction=1, min_domain_purity=0.9)
         assert strict.run(query="what about the approval flow")["category_filter"] == ""
         assert provider.run(query="tell me about it")["hints"]["domains"] == []
+
+    def test_matching_by_prefix_finds_what_trying_every_term_finds(self, tmp_path):
+        """The terms filed under a query's own substrings are exactly the terms it can mention, in any script."""
+        import random
+
+        from components.core.text_matching import mentions
+
+        rng = random.Random(7)
+        words = ["disk", "Disk Full", "cpu", "cpus", "node_exporter", "c++", "STRASSE", "straße", "İstanbul", "k8s"]
+        words += ["磁盘", "磁盘满", "盘", "退款处理", "日志轮转", "nginx报错", "api", "a", "ab", "x-ray", "q&a"]
+        docs = [
+            _doc(
+                f"d{i}",
+                title=rng.choice(words),
+                category=rng.choice(["alerts", "存储", ""]),
+                keywords=rng.sample(words, 4),
+            )
+            for i in range(60)
+        ]
+        path = _write(tmp_path / "knowledge_index.json", docs)
+        provider = L0HintProvider(index_path=path, min_term_chars=1, min_cjk_term_chars=1, max_keyword_doc_fraction=1)
+        provider.warm_up()
+        queries = [
+            "Disk full on the CPUs",
+            "strasse İSTANBUL x-ray",
+            "磁盘满了怎么办 nginx报错",
+            "Q&A c++ k8s",
+            "a",
+            "ß",
+        ]
+        queries += ["".join(rng.choice(words) + rng.choice([" ", "", "-", "_"]) for _ in range(5)) for _ in range(40)]
+        for query in queries:
+            folded = query.casefold()
+            every = {term for term in provider._index.terms if mentions(folded, term)}
+            assert {t for t in provider._index.candidates(folded.casefold()) if mentions(folded, t)} == every
+        assert len(provider._index.candidates("cpu")) < len(provider._index.terms)

@@ -286,6 +286,38 @@ class TestKnowledgeCollection:
             assert scored[hit.id].meta["raw_score"] == pytest.approx(hit.meta["raw_score"], abs=1e-3)
         assert [d.id for d in collection.fetch([hits[1].id, "no-such-id", hits[0].id])] == [hits[1].id, hits[0].id]
 
+    @pytest.mark.integration
+    def test_fetch_scored_reads_dense_vectors_from_the_table_the_rest_from_milvus(self, make_collection, monkeypatch):
+        """pymilvus decodes a vector float by float: chunks found by BM25 are scored on the index run's table."""
+        collection = make_collection()
+        table = collection.vector_table()
+        assert table is not None and "vector" in table.fields
+        vector = embed("disk full on a node")
+        ids = [d.id for d in collection.dense_search(vector, 4, path="sdk")]
+        requested: list[list[str]] = []
+        client_get = collection.store.client.get
+
+        def recording_get(*args, **kwargs):
+            requested.append(list(kwargs["output_fields"]))
+            return client_get(*args, **kwargs)
+
+        monkeypatch.setattr(collection.store.client, "get", recording_get)
+        from_table = collection.fetch_scored(ids, vector)
+        assert requested == [["content", "metadata"]]
+
+        def scored(docs):
+            return [(d.id, d.score, d.meta["raw_score"], d.content) for d in docs]
+
+        vectors = table.vectors
+        monkeypatch.setattr(table, "vectors", lambda chunk_ids, field: vectors(chunk_ids[1:], field))
+        partly = collection.fetch_scored(ids, vector)  # the first chunk's vector comes from Milvus
+        assert requested[-1] == ["vector"]
+        monkeypatch.setattr(collection, "vector_table", lambda: None)
+        from_milvus = collection.fetch_scored(ids, vector)
+        assert requested[-1] == ["content", "metadata", "vector"]
+        assert scored(from_table) == scored(partly) == scored(from_milvus)
+        assert [d.id for d in from_table] == ids
+
     # --- versions -----------------------------------------------------------------------------------------------
 
     @pytest.mark.integration

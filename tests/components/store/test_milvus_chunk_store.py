@@ -112,7 +112,7 @@ class TestMilvusChunkStore:
             client.drop_collection(name)
             client.close()
 
-    def test_the_crosslingual_vectors_get_no_graph_index(self, tmp_path):
+    def test_the_crosslingual_vectors_get_no_graph_index_and_rows_come_with_the_vectors_asked_for(self, tmp_path):
         """
         They are read by id, never searched: a graph index would be built (about 8 s per 20k vectors) for nothing.
         (The test tier's 2.3 server takes one vector field per collection: it gets no cross-lingual vectors.)
@@ -145,6 +145,8 @@ class TestMilvusChunkStore:
                 "r2": [0.0, 0.0, 1.0],
                 "r0": [1.0, 0.0, 0.0],
             }
+            (bare,) = store.get_rows(["r1"], dense=False)
+            assert (bare["content"], bare["vector"], bare["vectors"]) == ("row 1", None, {})
         finally:
             store.drop()
             store.close()
