@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from pipelines.settings import DEFAULT_MCP_HOST, DEFAULT_MCP_PORT, Deployment, KnowledgeBaseBusyError, check_lite_free
+from pipelines.startup import pause_collection, resume_collection
 
 
 def _print_index_summary(summary: dict, deployment: Deployment) -> None:
@@ -335,6 +336,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: commands whose time to a ready pipeline is what their user waits for (one answer; an MCP client's first call)
+_STARTUP_BOUND = ("ask", "serve")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """
     Run the command line.
@@ -347,7 +352,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         of the output went away (`trace list | head`).
     """
     args = build_parser().parse_args(argv)
-    code = _run(args)
+    if argv is None and args.command in _STARTUP_BOUND:
+        pause_collection()  # until the pipeline is ready: `load_pipeline` resumes it
+    try:
+        code = _run(args)
+    finally:
+        resume_collection()
     if argv is None and args.command == "ask":
         _end_process(code)
     return code

@@ -1,0 +1,112 @@
+"""Load the lookup pipeline and run `lookup_knowledge` calls through it (imported as `from pipelines import ...`)."""
+
+from __future__ import annotations
+
+import components  # noqa: F401 - first: it switches Haystack's telemetry off before Haystack is imported
+
+# isort: split
+
+import contextlib
+import threading
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+from haystack import Pipeline, tracing
+
+from components.query_transformer import QueryTransformer
+from components.trace_recorder import TraceRecorder
+from pipelines.loading import load_pipeline_file, node_of_type
+from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, Deployment
+from pipelines.spans import enable_spans_from_env
+from pipelines.startup import resume_collection
+
+__all__ = ["load_pipeline", "lookup", "lookup_inputs"]
+
+
+def load_pipeline(
+    path: str | Path = DEFAULT_LOOKUP_PIPELINE,
+    *,
+    data_dir: str | Path | None = None,
+    milvus_uri: str | None = None,
+    trace_db_url: str | None = None,
+    component_params: dict[str, dict[str, Any]] | None = None,
+) -> Pipeline:
+    """
+    Load the lookup pipeline (`pipelines.yaml`) through the deserialization allowlist, warmed up and ready to run.
+
+    :param path: The pipeline YAML.
+    :param data_dir: Data folder (else `LOOKUP_KNOWLEDGE_DATA_DIR`, else `./data`).
+    :param milvus_uri: Milvus URI (else `MILVUS_URI`, else Milvus Lite in the data folder).
+    :param trace_db_url: Trace database URL (else `TRACE_DB_URL`, else SQLite in the data folder).
+    :param component_params: `{component: {init_param: value}}` overrides; a dict for a nested object's parameter
+        (such as the retriever's `collection`) changes that object's parameters.
+    :returns: The pipeline (spans of its lookups go to OpenTelemetry when `LOOKUP_KNOWLEDGE_SPANS=1`).
+    """
+    enable_spans_from_env()
+    deployment = Deployment.resolve(data_dir, milvus_uri, trace_db_url)
+    pipeline = load_pipeline_file(path, deployment, component_params)
+    pipeline.warm_up()
+    resume_collection()  # paused by the command line while it started (`pipelines.startup`)
+    return pipeline
+
+
+def lookup_inputs(pipeline: Pipeline, query: Any, session_id: str | None = None) -> dict[str, dict[str, Any]]:
+    """
+    The `Pipeline.run` inputs of one lookup, addressed to the pipeline's own node names.
+
+    :param pipeline: A lookup pipeline.
+    :param query: The agent's query (a non-string is rejected by the query transformer, and recorded).
+    :param session_id: Optional session.
+    :returns: The inputs.
+    :raises ValueError: If the pipeline lacks a `QueryTransformer` or a `TraceRecorder`.
+    """
+    transformer, _ = node_of_type(pipeline, QueryTransformer)
+    recorder, _ = node_of_type(pipeline, TraceRecorder)
+    return {
+        transformer: {"query": query, "session_id": session_id},
+        recorder: {"raw_query": query if isinstance(query, str) else repr(query)},
+    }
+
+
+#: striped locks: lookups of one session are serialized (read session memory, answer, record), a bounded set of
+#: locks for any number of sessions
+_SESSION_LOCKS = [threading.Lock() for _ in range(64)]
+
+
+def _session_lock(session_id: str | None) -> contextlib.AbstractContextManager[Any]:
+    if not isinstance(session_id, str) or not session_id:
+        return contextlib.nullcontext()
+    return _SESSION_LOCKS[zlib.crc32(session_id.encode("utf-8", "surrogatepass")) % len(_SESSION_LOCKS)]
+
+
+def lookup(pipeline: Pipeline, query: Any, session_id: str | None = None) -> dict[str, Any]:
+    """
+    Run one `lookup_knowledge` call through a loaded pipeline; every call leaves exactly one trace row.
+
+    Lookups of one session run one at a time (in this process), so two concurrent calls of a session never both
+    return the same evidence; other sessions run in parallel. A component that raises (a corrupt knowledge index
+    inside L0, a broken store) does not escape: the recorder records the call as `error`, naming the component, and
+    that result is returned. With spans on (`pipelines.spans`), the call is one `lookup_knowledge` span around the
+    pipeline's, tagged with the trace row id.
+
+    :param pipeline: From `load_pipeline`.
+    :param query: The agent's query (a non-string is rejected by the query transformer, and recorded).
+    :param session_id: Optional session; evidence already returned in it is not returned again.
+    :returns: The camelCase `LookupResult` JSON (with `traceId`).
+    """
+    name, recorder = node_of_type(pipeline, TraceRecorder)
+    started_at = time.time()
+    with (
+        _session_lock(session_id),
+        tracing.tracer.trace("lookup_knowledge", tags={"lookup_knowledge.tool": recorder.tool_name}) as span,
+    ):
+        try:
+            result = pipeline.run(lookup_inputs(pipeline, query, session_id))[name]["result"]
+        except Exception as err:  # the pipeline stopped before its recorder: the call is still recorded, once
+            result = recorder.record_failure(query, session_id, err, started_at=started_at)
+        span.set_tags(
+            {"lookup_knowledge.trace_id": result.get("traceId"), "lookup_knowledge.status": result["evidenceStatus"]}
+        )
+    return result
