@@ -26,12 +26,12 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import zipfile
 from array import array
-from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+from components.core.atomic_file import write_atomically
 
 CACHE_DIR_ENV = "LOOKUP_KNOWLEDGE_CACHE_DIR"
 #: the package version whose tokenizer layout (attribute names and types) and backend constructor these caches know
@@ -111,18 +111,6 @@ def _restore(state: dict[str, Any], tokenizer_cls: Any, normalizer_cls: Any) -> 
     return tokenizer
 
 
-def _write(path: Path, write: Callable[[IO[bytes]], object]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            write(out)
-        os.replace(temporary, path)  # whole or not at all, also with several processes writing at once
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-
-
 def load_tokenizer(model_path: str, version: str, folder: Path | None = None) -> Any:
     """
     The package's pure-Python tokenizer for `model_path`, from the cache when it holds it, else built (and cached).
@@ -147,7 +135,7 @@ def load_tokenizer(model_path: str, version: str, folder: Path | None = None) ->
     tokenizer = UsePureTokenizer(model_path)
     with contextlib.suppress(Exception):  # a cache that cannot be written only costs the next process the build
         text = json.dumps({"key": key, **_state_of(tokenizer)}, ensure_ascii=False)
-        _write(path, lambda out: out.write(text.encode("utf-8")))
+        write_atomically(path, lambda out: out.write(text.encode("utf-8")))
     return tokenizer
 
 
@@ -164,7 +152,7 @@ def _uncompressed_copy(weights_path: str, path: Path) -> None:
 
     with np.load(weights_path, allow_pickle=False) as archive:
         arrays = {name: archive[name] for name in archive.files}
-    _write(path, lambda out: np.savez(out, **arrays))
+    write_atomically(path, lambda out: np.savez(out, **arrays))
 
 
 def load_backend(weights_path: str, tokenizer: Any, version: str, threads: int, folder: Path | None = None) -> Any:

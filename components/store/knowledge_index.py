@@ -7,9 +7,7 @@ chunks of a document's active version so that old and new chunks of one document
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from components.core.atomic_file import write_atomically
 from components.core.text_matching import mentions_folded
 from components.store.collection_statistics import CollectionStatistics
 
@@ -76,12 +75,8 @@ class KnowledgeIndex(BaseModel):
 
         :param path: The JSON file.
         """
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".index-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(self.model_dump_json(indent=1))
-        os.replace(tmp, path)
+        text = self.model_dump_json(indent=1)
+        write_atomically(Path(path), lambda out: out.write(text.encode("utf-8")))
 
     def active_versions(self) -> dict[str, str]:
         """Return the active version per source."""
