@@ -456,7 +456,7 @@ def store_label(milvus_uri: str) -> str:
     )
 
 
-def _configuration(queries: int, rounds: int, milvus_uri: str) -> dict[str, Any]:
+def _configuration(queries: int, rounds: int, milvus_uri: str, load_at_start: list[float] | None) -> dict[str, Any]:
     return {
         "pipeline": "pipelines.yaml (sidecar off)",
         "store": store_label(milvus_uri),
@@ -465,7 +465,16 @@ def _configuration(queries: int, rounds: int, milvus_uri: str) -> dict[str, Any]
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "machine": platform.machine(),
+        "load_average_at_start": load_at_start,
     }
+
+
+def _load_average() -> list[float] | None:
+    """The 1/5/15-minute load averages, so absolute times can be read against how busy the machine was."""
+    try:
+        return [round(load, 2) for load in os.getloadavg()]
+    except OSError:  # not reported on this platform
+        return None
 
 
 def _queries(knowledge_dir: Path) -> list[str]:
@@ -501,6 +510,7 @@ def run_bench(
         msg = f"scales={scales!r}: every scale must be a positive number of chunks, e.g. 1k,10k,100k"
         raise ValueError(msg)
     say = progress or (lambda line: None)
+    load_at_start = _load_average()  # before this run loads the machine itself
     kb = Path(knowledge_dir or REPO_ROOT / "knowledge").resolve()
     queries = _queries(kb)
     work = Path(data_dir or tempfile.mkdtemp(prefix="lookup-bench-"))
@@ -518,7 +528,7 @@ def run_bench(
         start = cold_start(deployment.data_dir, queries[0], cold_start_runs)
     say("timing lookups")
     figures: dict[str, Any] = {
-        "configuration": _configuration(len(queries), rounds, deployment.milvus_uri),
+        "configuration": _configuration(len(queries), rounds, deployment.milvus_uri, load_at_start),
         "units": UNITS,
         "knowledge": str(kb),
         "documents": summary.files,
@@ -542,6 +552,7 @@ def run_bench(
         )
         figures["p95_ratio_scales"] = [min(scales), max(scales)]
         figures["peak_rss_mb"] = {size: scale["peak_rss_mb"] for size, scale in figures["scales"].items()}
+    figures["configuration"]["load_average_at_end"] = _load_average()
     return figures
 
 

@@ -44,6 +44,8 @@ class TestRunBench:
         assert 100 < figures["ask_peak_rss_mb"] < 4000  # one fresh `ask` process: models, pipeline, Milvus Lite
         assert figures["configuration"]["queries"] == 3 and figures["units"]["latency"] == "ms"
         assert figures["configuration"]["store"].startswith("Milvus Lite (embedded); ")
+        for moment in ("load_average_at_start", "load_average_at_end"):  # how busy the machine was around the run
+            assert len(figures["configuration"][moment]) == 3 and min(figures["configuration"][moment]) >= 0
         # the category filter timed on its own (ties between categories go to the first name)
         filtered = figures["filtered_retrieval"]
         assert filtered["category"] == "alerts"
