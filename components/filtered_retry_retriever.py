@@ -50,6 +50,33 @@ def _candidate_meta(meta: dict[str, Any], attempt: str, chunk_id: str) -> dict[s
     return {**kept, "attempt": attempt, "evidence_key": evidence_key(meta, chunk_id)}
 
 
+def _merge_attempts(*attempts: list[Document]) -> list[Document]:
+    """
+    Join the candidates of several attempts, once per chunk, best score first.
+
+    A chunk both attempts found keeps its better-scored copy (the earlier attempt's on a tie), and its `attempts`
+    meta names every attempt that found it: the gate after the retriever weighs how far the best candidate stands
+    out from the next ones and decides on the first few, and a chunk counted twice would stand in for a second
+    candidate.
+
+    :param attempts: Each attempt's candidates.
+    :returns: The candidates, one per chunk id, by descending score.
+    """
+    best: dict[str, Document] = {}
+    found_by: dict[str, list[str]] = {}
+    for docs in attempts:
+        for doc in docs:
+            found_by.setdefault(doc.id, []).append(str(doc.meta["attempt"]))
+            kept = best.get(doc.id)
+            if kept is None or (doc.score or 0.0) > (kept.score or 0.0):
+                best[doc.id] = doc
+    merged = [
+        replace(doc, meta={**doc.meta, "attempts": found_by[doc.id]}) if len(found_by[doc.id]) > 1 else doc
+        for doc in best.values()
+    ]
+    return sorted(merged, key=lambda d: -(d.score or 0.0))
+
+
 MODES = ("haystack", "sdk", "auto")
 LEXICAL_NORMALIZATIONS = ("ideal", "best")
 NO_EVIDENCE = "filtered_vector_no_evidence"
@@ -64,8 +91,9 @@ class FilteredRetryRetriever:
     With a `category_filter`, the filtered attempt is used when its top normalized similarity reaches
     `reference_threshold`; when it finds nothing usable it is retried without a filter (`fallback_reason`
     `filtered_vector_no_evidence`), and when its top similarity is below the threshold likewise
-    (`filtered_vector_low_quality`). Without a filter a single unfiltered attempt runs. Candidates below
-    `evidence_threshold` are not usable evidence, and chunks of a superseded document version are never returned.
+    (`filtered_vector_low_quality`), the low-quality candidates competing in the retry once per chunk. Without a
+    filter a single unfiltered attempt runs. Candidates below `evidence_threshold` are not usable evidence, and
+    chunks of a superseded document version are never returned.
 
     The retriever holds the attempt policy only; reading the collection is `KnowledgeCollection`'s. `mode` picks
     the dense path: `haystack` (milvus-haystack's `MilvusEmbeddingRetriever`), `sdk` (pymilvus `MilvusClient`), or
@@ -564,6 +592,6 @@ class FilteredRetryRetriever:
             docs, attempt = self._attempt("unfiltered", vector, query or "", "", top_k, crosslingual)
             trace["attempts"].append(attempt)
             trace["selected_attempt"] = "unfiltered"
-            if filtered:  # low-quality filtered candidates still compete; dedup merges chunks found by both
-                docs = sorted(docs + filtered, key=lambda d: -(d.score or 0.0))
+            if filtered:  # low-quality filtered candidates still compete
+                docs = _merge_attempts(docs, filtered)
         return {"candidates": FrozenList(docs), "retrieval_trace": FrozenDict(trace)}

@@ -21,6 +21,11 @@ DEFAULT_WEIGHTS = {
 }
 
 
+def _attempts(doc: Document) -> list[str]:
+    """The retrieval attempts that found the candidate, the one whose score it carries first."""
+    return list(dict.fromkeys([str(doc.meta.get("attempt") or "vector"), *doc.meta.get("attempts", [])]))
+
+
 @component
 class RuleReranker:
     """
@@ -31,9 +36,10 @@ class RuleReranker:
     (`title`), a matched entity in its entities or text (`entity`), its category among the hint domains
     (`domain`), its document among the L0-matched documents (`l0_document`), its category being the one the top
     `consensus_top_n` candidates agree on (`consensus_domain`, votes weighted 1/rank, at least
-    `consensus_min_share` of them; off unless weighted). Each boost becomes a hit reason
-    of the candidate (a signal weighted 0 still shows up there, explaining without reordering); the hint itself never
-    becomes evidence. Ties break on base score, then source and chunk
+    `consensus_min_share` of them; off unless weighted). The hit reasons of a candidate are first the retrieval
+    attempts that found it (`l1_filtered`, `l1_unfiltered`; its `attempt` and `attempts` meta), then each boost (a
+    signal weighted 0 still shows up there, explaining without reordering); the hint itself never becomes
+    evidence. Ties break on base score, then source and chunk
     index, so the order is deterministic.
 
     ### Usage example
@@ -145,7 +151,7 @@ class RuleReranker:
             boosts = self._boosts(doc, hints, consensus)
             base = float(doc.score or 0.0)
             final = base + min(self.max_boost, sum(b["weight"] for b in boosts))
-            reasons = [f"l1_{doc.meta.get('attempt') or 'vector'}"] + [f"{b['signal']}:{b['value']}" for b in boosts]
+            reasons = [f"l1_{path}" for path in _attempts(doc)] + [f"{b['signal']}:{b['value']}" for b in boosts]
             meta = {**doc.meta, "base_score": base, "boosts": boosts, "hit_reasons": reasons}
             scored.append(replace(doc, score=final, meta=meta))
         scored.sort(

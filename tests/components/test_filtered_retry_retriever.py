@@ -235,10 +235,35 @@ class TestFilteredRetryRetriever:
         # the disk runbook found by the retry outranks the weak filtered hits
         assert candidates[0].meta["source"] == "alerts/disk.md"
         assert candidates[0].meta["attempt"] == "unfiltered"
-        # low-quality filtered candidates still compete
-        assert any(d.meta["attempt"] == "filtered" and d.meta["category"] == "product-faq" for d in candidates)
+        # low-quality filtered candidates still compete (a chunk the retry found too is its copy, on equal scores)
+        assert any(d.meta["category"] == "product-faq" for d in candidates)
         scores = [d.score for d in candidates]
         assert scores == sorted(scores, reverse=True)
+
+    @pytest.mark.integration
+    def test_a_chunk_both_attempts_found_is_a_candidate_once(self, make_retriever, disk_vector):
+        def scores(out: dict) -> dict[str, float]:
+            return {d.id: d.score for d in out["candidates"]}
+
+        run = {"query_embedding": disk_vector}
+        filtered = scores(
+            make_retriever(mode="sdk", top_k=20, reference_threshold=0.0).run(**run, category_filter="product-faq")
+        )
+        unfiltered = scores(make_retriever(mode="sdk", top_k=20).run(**run))
+        both = set(filtered) & set(unfiltered)
+        assert both, "the test needs chunks that both attempts find"
+        out = make_retriever(mode="sdk", top_k=20, reference_threshold=0.99).run(**run, category_filter="product-faq")
+        assert attempt_names(out) == ["filtered", "unfiltered"]
+        ids = [d.id for d in out["candidates"]]
+        # once per chunk, so that the gate's standout and decision depth count chunks, not copies
+        assert len(ids) == len(set(ids)) == len(set(filtered) | set(unfiltered))
+        merged = scores(out)
+        assert all(merged[i] == max(filtered[i], unfiltered[i]) for i in both)
+        # and it says that both found it, so that its hit reasons can
+        found_by = {d.id: sorted(d.meta.get("attempts", [d.meta["attempt"]])) for d in out["candidates"]}
+        assert all(found_by[i] == ["filtered", "unfiltered"] for i in both)
+        assert all(len(found_by[i]) == 1 for i in set(ids) - both)
+        assert list(merged.values()) == sorted(merged.values(), reverse=True)
 
     @pytest.mark.integration
     def test_evidence_threshold_drops_weak_candidates(self, make_retriever, disk_vector):

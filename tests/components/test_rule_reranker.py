@@ -224,6 +224,13 @@ class TestRuleReranker:
         out = RuleReranker().run(documents=[_cand(attempt="unfiltered")], hints=HINTS)["documents"][0]
         assert out.meta["hit_reasons"][0] == "l1_unfiltered"
 
+    def test_a_candidate_both_attempts_found_names_both(self):
+        doc = _cand(attempt="unfiltered", attempts=["filtered", "unfiltered"])
+        out = RuleReranker().run(documents=[doc], hints=HINTS)["documents"][0]
+        # the attempt whose score it carries first, then the other, each once
+        assert out.meta["hit_reasons"][:2] == ["l1_unfiltered", "l1_filtered"]
+        assert sum(r.startswith("l1_") for r in out.meta["hit_reasons"]) == 2
+
     def test_ties_break_on_source_then_chunk_index(self):
         docs = [_cand("b.md", 1, 0.8), _cand("a.md", 2, 0.8), _cand("a.md", 0, 0.8), _cand("b.md", 0, 0.8)]
         expected = ["a.md#0", "a.md#2", "b.md#0", "b.md#1"]

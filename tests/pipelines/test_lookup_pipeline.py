@@ -207,6 +207,10 @@ class TestLookupPipeline:
         assert [a["name"] for a in trace["attempts"]] == ["filtered", "unfiltered"]
         assert trace["fallbackReason"] == "filtered_vector_low_quality"
         assert self.trace_row(deployment, result).retrieval_details["fallback_reason"] == "filtered_vector_low_quality"
+        # the chunks both attempts found reach the gate once: each is a block or a rejected candidate, not both
+        decision = result["evidenceDecision"]
+        keys = [b["evidenceKey"] for b in result["evidenceBlocks"]] + [r["evidenceKey"] for r in decision["rejected"]]
+        assert len(keys) == len(set(keys)) == decision["candidates"]
 
     def test_both_attempts_fail_gives_no_evidence(self, make_pipeline, deployment):
         pipe = make_pipeline(retriever={"reference_threshold": 0.999, "evidence_threshold": 0.999})
