@@ -123,6 +123,24 @@ def _bodies(root: Path, documents: dict[str, IndexedDocument]) -> dict[str, str]
     return bodies
 
 
+def _recorded_uri(uri: str, folder: Path) -> str:
+    """
+    The store's URI as the index file records it.
+
+    A Milvus Lite file inside the data folder is recorded relative to the folder, so that a data folder copied or
+    moved elsewhere (a backup restored, a volume mounted at another path) is still the same store and its unchanged
+    files are not embedded again; anything else is recorded as given.
+
+    :param uri: The collection's URI.
+    :param folder: The data folder (the index file's folder).
+    :returns: The URI to record.
+    """
+    if "://" in uri:
+        return uri
+    path, folder = Path(uri).resolve(), folder.resolve()
+    return path.relative_to(folder).as_posix() if path.is_relative_to(folder) else uri
+
+
 def _duplicate_ids(documents: dict[str, IndexedDocument]) -> dict[str, list[str]]:
     by_id: dict[str, list[str]] = {}
     for source, document in sorted(documents.items()):
@@ -209,8 +227,9 @@ class KnowledgeIndexer:
 
     def _previous(self, rebuild: bool) -> KnowledgeIndex:
         previous = KnowledgeIndex.load(self.deployment.index_path)
+        uri = self.collection.uri
         same_store = (
-            previous.milvus_uri == self.collection.uri
+            previous.milvus_uri in (uri, _recorded_uri(uri, self.deployment.index_path.parent))
             and previous.collection_name == self.collection.schema.collection_name
             and previous.embedding_model == self.embedding_model
         )
@@ -343,7 +362,7 @@ class KnowledgeIndexer:
         """
         previous = previous if previous is not None else KnowledgeIndex()
         index = KnowledgeIndex(
-            milvus_uri=self.collection.uri,
+            milvus_uri=_recorded_uri(self.collection.uri, self.deployment.index_path.parent),
             collection_name=self.collection.schema.collection_name,
             collection_schema=asdict(self.collection.schema),
             embedding_model=self.embedding_model,

@@ -44,6 +44,7 @@ class KnowledgeIndex(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     format_version: int = 1
+    # a Milvus Lite file inside the data folder relative to the folder (it may move), any other URI as given
     milvus_uri: str = ""
     collection_name: str = ""
     # the schema the collection was created with (`CollectionSchema` fields), so readers need not repeat it

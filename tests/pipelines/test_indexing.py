@@ -266,6 +266,27 @@ class TestKnowledgeIndexer:
             and len(Bm25ChunkIndex.open(folder, statistics.bm25_index)) == indexer.collection.count()
         )
 
+    def test_a_copied_data_folder_is_the_same_store(self, indexer, tiny_kb, tmp_path, monkeypatch, milvus_uri_for):
+        indexer.index(tiny_kb, progress=False)
+        expected = versions_by_source(indexer)
+        indexer.close()
+        copy = tmp_path / "elsewhere" / "data"  # a backup restored, a volume mounted at another path
+        shutil.copytree(indexer.deployment.data_dir, copy)
+        name = indexer.collection.schema.collection_name
+        moved = KnowledgeIndexer(
+            Deployment.resolve(copy, milvus_uri=milvus_uri_for(tmp_path / "elsewhere")),
+            component_params={"writer": {"collection": {"collection_name": name}}},
+        )
+        monkeypatch.setattr(
+            get_backend("multilingual-e5-small"), "embed_passages", lambda texts: pytest.fail("re-embedded")
+        )
+        try:
+            summary = moved.index(tiny_kb, progress=False)
+            assert (summary.indexed, summary.skipped, summary.deleted) == (0, 3, 0)
+            assert versions_by_source(moved) == expected
+        finally:
+            moved.close()
+
     def test_vectors_in_store_match_the_embedder(self, indexer, tiny_kb):
         indexer.index(tiny_kb, progress=False)
         s = indexer.collection.store
