@@ -274,7 +274,7 @@ class FilteredRetryRetriever:
         except CollectionMismatchError:
             raise
         except Exception as err:
-            logger.warning("Milvus is not reachable yet: {error}", error=err)
+            logger.warning("The knowledge store is not ready yet: {error}", error=err)
 
     def close(self) -> None:
         """Release the connections and the BM25 search threads."""
@@ -321,6 +321,8 @@ class FilteredRetryRetriever:
             return self.collection.dense_search(vector, limit, filters, path=self.mode, vector_fields=fields)
         try:
             return self.collection.dense_search(vector, limit, filters, path="haystack", vector_fields=fields)
+        except LookupError:  # the collection does not exist: not on the sdk path either
+            raise
         except Exception as err:
             attempt["fallback"] = {"from": "haystack", "to": "sdk", "reason": f"{type(err).__name__}: {err}"}
             logger.warning("haystack path failed, using the sdk path: {error}", error=err)
