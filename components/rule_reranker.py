@@ -39,8 +39,7 @@ class RuleReranker:
     `consensus_min_share` of them; off unless weighted). The hit reasons of a candidate are first the retrieval
     attempts that found it (`l1_filtered`, `l1_unfiltered`; its `attempt` and `attempts` meta), then each boost (a
     signal weighted 0 still shows up there, explaining without reordering); the hint itself never becomes
-    evidence. Ties break on base score, then source and chunk
-    index, so the order is deterministic.
+    evidence. Ties break on base score, then source and chunk index, so the order is deterministic.
 
     ### Usage example
 
