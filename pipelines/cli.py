@@ -95,11 +95,28 @@ def _print_result(result: dict) -> None:
         print(f"  {text[:300]}{'…' if len(text) > 300 else ''}")
 
 
+def _require_data_folder(deployment: Deployment) -> None:
+    """
+    Refuse a data folder that does not exist when the knowledge base would be in it: nothing was indexed there.
+
+    :raises ValueError: If it does not exist and the store is a Milvus Lite file inside it (a mistyped `--data-dir`
+        must not leave an empty knowledge base and trace database behind).
+    """
+    folder, uri = deployment.data_dir, deployment.milvus_uri
+    if not folder.exists() and "://" not in uri and Path(uri).resolve().is_relative_to(folder):
+        raise ValueError(
+            f"data folder {folder} does not exist, so nothing is indexed there: run `lookup-knowledge index "
+            f"--data-dir {folder}` first, or point --data-dir (or LOOKUP_KNOWLEDGE_DATA_DIR) at an indexed folder"
+        )
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
     from pipelines import load_pipeline, lookup
     from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
 
-    check_lite_free(Deployment.resolve(args.data_dir).milvus_uri)
+    deployment = Deployment.resolve(args.data_dir)
+    _require_data_folder(deployment)
+    check_lite_free(deployment.milvus_uri)
     pipeline = load_pipeline(args.pipeline or DEFAULT_LOOKUP_PIPELINE, data_dir=args.data_dir)
     result = lookup(pipeline, args.query, session_id=args.session)
     if args.json:

@@ -70,6 +70,7 @@ class TestCli:
         assert len(err) == 1 and "query is empty" in err[0]
 
     def test_ask_internal_failure_exits_1(self, tmp_path, capsys):
+        (tmp_path / "empty").mkdir()  # a data folder where nothing was indexed
         assert main(["ask", "disk full", "--data-dir", str(tmp_path / "empty")]) == 1
         assert "Knowledge retrieval failed" in capsys.readouterr().err
 
@@ -105,6 +106,13 @@ class TestCli:
         blocker.write_text("not a folder")
         assert main(["ask", "disk full", "--data-dir", str(blocker)]) == 2
         assert "is a file, not a folder" in capsys.readouterr().err
+
+    def test_ask_on_a_data_folder_that_does_not_exist_is_refused_and_creates_nothing(self, tmp_path, capsys):
+        missing = tmp_path / "mistyped"
+        assert main(["ask", "disk full", "--data-dir", str(missing)]) == 2
+        err = capsys.readouterr().err
+        assert "does not exist" in err and "lookup-knowledge index --data-dir" in err
+        assert not missing.exists()
 
     def test_trace_browsing_creates_nothing_where_nothing_was_recorded(self, tmp_path, capsys):
         missing = tmp_path / "never"
