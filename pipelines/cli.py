@@ -14,7 +14,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from pipelines.settings import DEFAULT_MCP_HOST, DEFAULT_MCP_PORT, Deployment, KnowledgeBaseBusyError, check_lite_free
+from pipelines.settings import (
+    DEFAULT_MCP_HOST,
+    DEFAULT_MCP_PORT,
+    Deployment,
+    KnowledgeBaseBusyError,
+    check_lite_free,
+    lite_file_in,
+)
 from pipelines.startup import pause_collection, resume_collection
 
 
@@ -99,11 +106,12 @@ def _require_data_folder(deployment: Deployment) -> None:
     """
     Refuse a data folder that does not exist when the knowledge base would be in it: nothing was indexed there.
 
+    :param deployment: The resolved deployment.
     :raises ValueError: If it does not exist and the store is a Milvus Lite file inside it (a mistyped `--data-dir`
         must not leave an empty knowledge base and trace database behind).
     """
-    folder, uri = deployment.data_dir, deployment.milvus_uri
-    if not folder.exists() and "://" not in uri and Path(uri).resolve().is_relative_to(folder):
+    folder = deployment.data_dir
+    if not folder.exists() and lite_file_in(deployment.milvus_uri, folder) is not None:
         raise ValueError(
             f"data folder {folder} does not exist, so nothing is indexed there: run `lookup-knowledge index "
             f"--data-dir {folder}` first, or point --data-dir (or LOOKUP_KNOWLEDGE_DATA_DIR) at an indexed folder"

@@ -33,7 +33,7 @@ from components.store.lexical import Bm25ChunkIndex
 from components.store.schema import CROSSLINGUAL_META_KEY
 from components.store.vector_table import VectorTable
 from pipelines.loading import load_pipeline_file, node_of_type
-from pipelines.settings import DEFAULT_INDEXING_PIPELINE, Deployment
+from pipelines.settings import DEFAULT_INDEXING_PIPELINE, Deployment, lite_file_in
 
 logger = logging.getLogger(__name__)
 
@@ -135,10 +135,7 @@ def _recorded_uri(uri: str, folder: Path) -> str:
     :param folder: The data folder (the index file's folder).
     :returns: The URI to record.
     """
-    if "://" in uri:
-        return uri
-    path, folder = Path(uri).resolve(), folder.resolve()
-    return path.relative_to(folder).as_posix() if path.is_relative_to(folder) else uri
+    return lite_file_in(uri, folder) or uri
 
 
 def _duplicate_ids(documents: dict[str, IndexedDocument]) -> dict[str, list[str]]:

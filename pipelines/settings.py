@@ -26,6 +26,20 @@ def _opened_here(milvus_uri: str) -> bool:
     return os.path.abspath(milvus_uri) in servers
 
 
+def lite_file_in(milvus_uri: str, folder: Path) -> str | None:
+    """
+    Where a Milvus Lite file lies inside a data folder.
+
+    :param milvus_uri: A Milvus URI.
+    :param folder: The data folder.
+    :returns: The file's path relative to the folder (posix), or None for a server URI or a file outside it.
+    """
+    if "://" in milvus_uri:
+        return None
+    path, folder = Path(milvus_uri).resolve(), folder.resolve()
+    return path.relative_to(folder).as_posix() if path.is_relative_to(folder) else None
+
+
 class KnowledgeBaseBusyError(RuntimeError):
     """The Milvus Lite data of a deployment is open in another process."""
 
