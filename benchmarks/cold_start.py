@@ -37,6 +37,9 @@ from pathlib import Path
 
 from lookup_snapshot import stable
 
+from components.store.lite_host import LiteHostLease
+from pipelines.bench import wait_for_no_host
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_QUERY = "磁盘满了怎么办"
 
@@ -58,10 +61,13 @@ def step(name, started):
 t = time.perf_counter(); import pipelines.cli; step("import_cli", t)
 t = time.perf_counter(); from pipelines import lookup; step("import_pipelines", t)
 from pipelines.loading import load_pipeline_file
-from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, Deployment, check_lite_free
+import pipelines.settings as settings
+from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, Deployment
+# the Milvus Lite host started first, as `ask` does (a checkout from before hosts checks the folder's lock instead)
+start_store = getattr(settings, "start_store", getattr(settings, "check_lite_free", lambda uri: None))
 data_dir, query = sys.argv[1], sys.argv[2]
 t = time.perf_counter()
-deployment = Deployment.resolve(data_dir); check_lite_free(deployment.milvus_uri)
+deployment = Deployment.resolve(data_dir); start_store(deployment.milvus_uri)
 pipeline = load_pipeline_file(DEFAULT_LOOKUP_PIPELINE, deployment)
 step("pipeline_load(yaml+from_dict)", t)
 t = time.perf_counter()
@@ -103,12 +109,21 @@ def ensure_index(data_dir: Path, knowledge: Path) -> bool:
     return True
 
 
-def time_ask(tree: Path, data_dir: Path, query: str) -> dict:
-    """One `ask` in a fresh process: wall from spawn to exit, CPU of it and its children, its answer."""
+def time_ask(tree: Path, data_dir: Path, query: str, warm_host: bool = False) -> dict:
+    """
+    One `ask` in a fresh process: wall from spawn to exit, CPU of it and its children, its answer.
+
+    Unless `warm_host`, no Milvus Lite host runs for the folder when it starts (the `ask` starts one, which stops
+    with it): the first command after a pause, and the only way a checkout from before hosts existed can open it.
+    """
     command = [sys.executable, "-m", "pipelines.cli", "ask", "--json", "--data-dir", str(data_dir), query]
+    env = dict(os.environ)
+    if not warm_host:
+        wait_for_no_host(str(data_dir / "milvus.db"))
+        env["LOOKUP_KNOWLEDGE_LITE_LINGER_S"] = "0"
     cpu = _children_cpu()
     started = time.perf_counter()
-    done = subprocess.run(command, cwd=tree, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, cwd=tree, capture_output=True, text=True, check=False, env=env)
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"ask failed ({done.returncode}) in {tree}: {done.stderr.strip()[-500:]}")
@@ -119,9 +134,15 @@ def time_ask(tree: Path, data_dir: Path, query: str) -> dict:
 
 def breakdown(tree: Path, data_dir: Path, query: str) -> dict:
     """The step-by-step child, with interpreter start and process exit measured from here."""
+    wait_for_no_host(str(data_dir / "milvus.db"))
     spawned = time.time()
     done = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(data_dir), query], cwd=tree, capture_output=True, text=True, check=False
+        [sys.executable, "-c", _CHILD, str(data_dir), query],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "LOOKUP_KNOWLEDGE_LITE_LINGER_S": "0"},
     )
     exited = time.time()
     if done.returncode != 0:
@@ -167,6 +188,9 @@ def main() -> None:
     parser.add_argument("--query", default=DEFAULT_QUERY)
     parser.add_argument("--against", default=None, help="another checkout: alternate runs with it, report the ratio")
     parser.add_argument("--no-breakdown", action="store_true", help="only the ask runs")
+    parser.add_argument(
+        "--warm-host", action="store_true", help="this tree's runs find the folder's Milvus Lite host running"
+    )
     parser.add_argument("--json", default=None, help="also write the report here")
     args = parser.parse_args()
 
@@ -178,8 +202,16 @@ def main() -> None:
     runs: dict[str, list[dict]] = {name: [] for name in trees}
     for _ in range(args.runs):
         for name, tree in trees.items():  # alternate, so both see the same machine load
-            runs[name].append(time_ask(tree, data_dir, args.query))
+            if name == "this" and args.warm_host:
+                os.environ["LOOKUP_KNOWLEDGE_LITE_LINGER_S"] = "0"  # the host stops as this process lets go
+                lease = LiteHostLease.acquire(str(data_dir / "milvus.db"))
+                runs[name].append(time_ask(tree, data_dir, args.query, warm_host=True))
+                lease.release()
+                wait_for_no_host(str(data_dir / "milvus.db"))  # an older tree opens the folder itself
+            else:
+                runs[name].append(time_ask(tree, data_dir, args.query))
     report: dict = {"data_dir": str(data_dir), "indexed_first": indexed, "query": args.query, "runs": args.runs}
+    report["warm_host"] = args.warm_host
     answers = set()
     for name, tree in trees.items():
         walls = [run["wall_s"] for run in runs[name]]

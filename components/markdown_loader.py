@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,11 @@ def discover_knowledge_files(
     """
     files: dict[Path, str] = {}
     failures: list[dict[str, str]] = []
-    for path in sorted(root.rglob("*.md")):
+    candidates, unreadable = _walk(root, ".md")
+    for folder, error in unreadable:
+        logger.warning("Cannot read knowledge folder {folder}: {error}", folder=folder, error=error)
+        failures.append({"source": folder, "reason": f"{error}: folder not read, its documents keep their version"})
+    for path in candidates:
         source = path.relative_to(root).as_posix()
         reason = _unusable(path, root, max_file_bytes)
         if reason:
@@ -49,6 +54,28 @@ def discover_knowledge_files(
         else:
             files[path] = source
     return files, failures
+
+
+def _walk(root: Path, suffix: str) -> tuple[list[Path], list[tuple[str, str]]]:
+    """
+    Every entry under `root` whose name ends with `suffix` (links to folders are not followed), sorted, and the
+    folders that could not be listed, as `(path relative to the root + "/", reason)`: `Path.rglob` skips those
+    silently, and a folder skipped that way would look deleted.
+    """
+    unreadable: list[tuple[str, str]] = []
+
+    def note(err: OSError) -> None:
+        where = Path(err.filename or root)
+        relative = where.relative_to(root).as_posix() if where.is_relative_to(root) else str(where)
+        unreadable.append(("" if relative == "." else relative.rstrip("/") + "/", err.strerror or str(err)))
+
+    found = [
+        Path(folder) / name
+        for folder, folders, names in os.walk(root, onerror=note)
+        for name in (*folders, *names)
+        if name.endswith(suffix)
+    ]
+    return sorted(found), unreadable
 
 
 def _unusable(path: Path, root: Path, max_file_bytes: int) -> str | None:
@@ -108,7 +135,26 @@ def _split_frontmatter(
         front = {}
     if not isinstance(front, dict):
         raise KnowledgeFileError(f"frontmatter must be a YAML mapping, got {type(front).__name__}")
-    return front, "\n".join(lines[end + 1 :])
+    return _string_keys(front), "\n".join(lines[end + 1 :])
+
+
+def _string_keys(value: Any) -> Any:
+    """
+    The frontmatter with every mapping key a string: YAML allows `1:` or `2024-01-01:` as keys, metadata does not.
+
+    :raises KnowledgeFileError: If two keys of one mapping become the same string (`1:` and `"1":`).
+    """
+    if isinstance(value, list):
+        return [_string_keys(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    keys: dict[str, Any] = {}
+    for key, item in value.items():
+        name = str(key)
+        if name in keys:
+            raise KnowledgeFileError(f"frontmatter has the key {name!r} twice (as {key!r} and another spelling)")
+        keys[name] = _string_keys(item)
+    return keys
 
 
 def _string_list(value: Any, field: str) -> list[str]:

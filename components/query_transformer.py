@@ -7,6 +7,8 @@ from typing import Any
 
 from haystack import component
 
+from components.trace.session_key import normalize_session_id
+
 _WHITESPACE = re.compile(r"\s+")
 
 
@@ -52,7 +54,8 @@ class QueryTransformer:
         Normalize a query.
 
         :param query: The raw query text.
-        :param session_id: The caller's session, passed on (empty string when absent).
+        :param session_id: The caller's session, passed on normalized (surrounding whitespace removed; empty string
+            when absent).
         :returns: `query` (normalized, or empty when rejected), `session_id`, `query_transform` (the trace), and
             `error` (empty string, or the reason the query was rejected).
         """
@@ -79,7 +82,9 @@ class QueryTransformer:
         }
         return {
             "query": "" if error else normalized,
-            "session_id": (session_id or "").strip()[:200],
+            # trimmed, never cut: sessions that differ after any length are different sessions (the trace keeps a
+            # digest of the whole id, `components.trace.session_key`)
+            "session_id": normalize_session_id(session_id),
             "query_transform": trace,
             "error": error,
         }

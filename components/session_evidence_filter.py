@@ -7,6 +7,7 @@ from haystack.utils import Secret
 
 from components.core.frozen import Documents, FrozenList
 from components.trace.safe_text import safe_text
+from components.trace.session_key import normalize_session_id
 from components.trace.trace_store import PASSWORD_ENV, TraceStore
 
 logger = logging.getLogger(__name__)
@@ -17,9 +18,11 @@ class SessionEvidenceFilter:
     """
     Holds back evidence already returned earlier in the same session, so an agent never consumes it twice.
 
-    The memory is the trace store itself: the evidence keys of earlier `found` lookups of the session. Without a
-    `session_id` nothing is held back. If the trace database cannot be read, only what the spool remembers is held
-    back and the summary says why (better a repeat than a lost answer).
+    The memory is the trace store itself: the evidence keys of earlier `found` lookups of the session, matched by the
+    digest of the whole normalized session id (two sessions never share memory, however long their ids). Without a
+    `session_id` nothing is held back. If the trace database cannot be read within `timeout_s` (a stopped server is
+    not waited for), only what the spool (and rows waiting in memory) remember is held back and the summary says why
+    (better a repeat than a lost answer); a spooled row of the wrong shape is skipped, never an error.
 
     ### Usage example
 
@@ -43,7 +46,7 @@ class SessionEvidenceFilter:
 
         :param database_url: The trace database (SQLAlchemy URL).
         :param spool_path: The trace spool file, whose rows also count.
-        :param timeout_s: Longest wait for a locked or slow trace database.
+        :param timeout_s: Longest wait for the trace database per lookup (a first connection: up to 2 s).
         :param database_password: The database password as a Haystack `Secret` (by default the `TRACE_DB_PASSWORD`
             environment variable; a password written into `database_url` works too, but is part of the configuration).
         :raises ValueError: If `database_url` is empty.
@@ -71,13 +74,14 @@ class SessionEvidenceFilter:
         :returns: `documents` (the new blocks, a read-only `FrozenList`) and `session_summary` (`session_id`,
             `previously_returned`, `suppressed` keys, `error`).
         """
+        session_id = normalize_session_id(session_id)
         summary: dict[str, Any] = {"session_id": session_id or None, "previously_returned": 0, "suppressed": []}
         if not session_id or not documents:
             return {"documents": FrozenList(documents), "session_summary": summary}
         seen, error = self._store.session_memory(session_id)
         if error:
             logger.warning("Session memory partial: {error}", error=error)
-            summary["error"] = f"session memory partial (spooled rows only): {error}"
+            summary["error"] = f"session memory partial (rows waiting in the spool only): {error}"
         fresh = [d for d in documents if safe_text(str(d.meta.get("evidence_key"))) not in seen]
         summary["previously_returned"] = len(seen)
         summary["suppressed"] = [d.meta.get("evidence_key") for d in documents if d not in fresh]

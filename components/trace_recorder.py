@@ -9,6 +9,7 @@ from haystack.utils import Secret
 from components.core.frozen import Record
 from components.core.lookup_result import LookupResult
 from components.trace.safe_text import safe_text
+from components.trace.session_key import normalize_session_id, session_key, stored_session_id
 from components.trace.trace_store import PASSWORD_ENV, ToolInvocation, TraceStore
 
 logger = logging.getLogger(__name__)
@@ -23,9 +24,10 @@ class TraceRecorder:
     recorder broke: `pipelines.lookup` then calls `record_failure`. The row carries the tool name, session, query
     (escaped where a database could not store it, with its original length), found, status, retrieval layer,
     fallback reason, counts, latency, error and the snake_case `retrieval_details` (evidence summaries only, never
-    full content). If the database cannot be written within `timeout_s`, the row is spooled to a file and replayed
-    later, and writes go straight to the spool for `retry_after_s`; the lookup never fails because of the trace
-    store.
+    full content). If the database cannot be written within `timeout_s` (whatever it is doing: a stopped server is
+    not waited for), the row is spooled to a file and replayed later, and writes go straight to the spool for
+    `retry_after_s`. If the spool cannot be written either (a full disk), the row waits in memory and the result says
+    so: `traceId` null and `traceError` the reason. The lookup never fails because of the trace store.
 
     ### Usage example
 
@@ -106,16 +108,19 @@ class TraceRecorder:
         :param details: The snake_case `retrieval_details` (likewise).
         :param raw_query: The query as received (stored when the normalized one is empty).
         :param started_at: Epoch seconds at which the lookup started (defaults to the query transform's time).
-        :returns: `result`, a plain dict copy with `traceId` set (None when the row was spooled).
+        :returns: `result`, a plain dict copy with `traceId` set (None when the row was spooled or kept in memory)
+            and `traceError` (None, or why neither the trace database nor the spool took the row).
         """
         transform = details.get("query_transform") or {}
         start = started_at or transform.get("started_at") or time.time()
         latency_ms = round((time.time() - start) * 1000, 2)
         received = raw_query if isinstance(raw_query, str) else result.get("query") or ""
         query = result.get("query") or received
+        session = normalize_session_id(result.get("sessionId"))
         row = ToolInvocation(
             tool_name=self.tool_name,
-            session_id=result.get("sessionId"),
+            session_id=stored_session_id(session),
+            session_key=session_key(session),
             query=query[: self.max_query_chars],
             query_chars=len(received),
             found=bool(result.get("found")),
@@ -128,8 +133,8 @@ class TraceRecorder:
             error=result.get("error"),
             retrieval_details={**details, "latency_ms": latency_ms},
         )
-        trace_id = self._store.write(row)
-        return {"result": {**result, "traceId": trace_id}}
+        written = self._store.record(row)
+        return {"result": {**result, "traceId": written.row_id, "traceError": written.error}}
 
     def record_failure(
         self, query: Any, session_id: str | None, error: BaseException, started_at: float | None = None
@@ -138,7 +143,7 @@ class TraceRecorder:
         Record a lookup that failed before its result was assembled, and return its `error` result.
 
         :param query: The query as received.
-        :param session_id: The caller's session.
+        :param session_id: The caller's session (normalized here as the query transformer does).
         :param error: What broke (a `PipelineRuntimeError` names the component).
         :param started_at: Epoch seconds at which the lookup started.
         :returns: The camelCase `LookupResult` JSON of status `error`, with `traceId`.
@@ -154,7 +159,7 @@ class TraceRecorder:
             evidence_status="error",
             message="Knowledge lookup failed; see the error and the trace row.",
             query=safe_text(text[: self.max_query_chars]),
-            session_id=session_id,
+            session_id=normalize_session_id(session_id) or None,
             error=reason,
         ).to_json_dict()
         details = {"retrieval_layer": "none", "failed_component": component_name, "error": reason}

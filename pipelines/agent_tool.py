@@ -120,9 +120,9 @@ def compact_result(result: dict[str, Any]) -> dict[str, Any]:
 
     Kept: `found`, `evidenceStatus`, `message`, `evidenceBlocks` (key, source, title, breadcrumb, content,
     similarity, score, hit reasons), `contextPack` (packed text, included and omitted sources), `relevanceLevel`,
-    `completenessHint`, `retrievalTrace.fallbackReason`, `traceId`, `error`. Dropped: the retrieval attempts, the
-    rerank trace, the evidence decision, the L0 hints, score labels, the echoed query and session (all of it stays in
-    the trace database).
+    `completenessHint`, `retrievalTrace.fallbackReason`, `traceId`, `traceError`, `error`. Dropped: the retrieval
+    attempts, the rerank trace, the evidence decision, the L0 hints, score labels, the echoed query and session (all
+    of it stays in the trace database).
 
     :param result: The camelCase `LookupResult` JSON (the lookup pipeline's `recorder.result`).
     :returns: The compact dict (JSON-serializable).
@@ -144,6 +144,7 @@ def compact_result(result: dict[str, Any]) -> dict[str, Any]:
         "completenessHint": result.get("completenessHint", "none"),
         "retrievalTrace": {"fallbackReason": trace.get("fallbackReason")},
         "traceId": result.get("traceId"),
+        "traceError": result.get("traceError"),
         "error": result.get("error"),
     }
 

@@ -16,6 +16,7 @@ from typing import Any
 from haystack import Pipeline, tracing
 
 from components.query_transformer import QueryTransformer
+from components.trace.session_key import normalize_session_id
 from components.trace_recorder import TraceRecorder
 from pipelines.loading import load_pipeline_file, node_of_type
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, Deployment
@@ -32,6 +33,7 @@ def load_pipeline(
     milvus_uri: str | None = None,
     trace_db_url: str | None = None,
     component_params: dict[str, dict[str, Any]] | None = None,
+    warm_up: bool = True,
 ) -> Pipeline:
     """
     Load the lookup pipeline (`pipelines.yaml`) through the deserialization allowlist, warmed up and ready to run.
@@ -42,12 +44,20 @@ def load_pipeline(
     :param trace_db_url: Trace database URL (else `TRACE_DB_URL`, else SQLite in the data folder).
     :param component_params: `{component: {init_param: value}}` overrides; a dict for a nested object's parameter
         (such as the retriever's `collection`) changes that object's parameters.
+    :param warm_up: Warm the components up now (connect, open the index). With False, a component that cannot warm
+        up (an unreadable knowledge index, a store that is down) is not raised here: the first `lookup` warms up,
+        and records the failure as its answer.
     :returns: The pipeline (spans of its lookups go to OpenTelemetry when `LOOKUP_KNOWLEDGE_SPANS=1`).
+    :raises ValueError: If the file is not a pipeline, or a parameter is invalid.
     """
     enable_spans_from_env()
     deployment = Deployment.resolve(data_dir, milvus_uri, trace_db_url)
     pipeline = load_pipeline_file(path, deployment, component_params)
-    pipeline.warm_up()
+    if warm_up:
+        pipeline.warm_up()
+    else:
+        with contextlib.suppress(Exception):  # what fails is raised again by the first run, which records it
+            pipeline.warm_up()
     resume_collection()  # paused by the command line while it started (`pipelines.startup`)
     return pipeline
 
@@ -76,9 +86,11 @@ _SESSION_LOCKS = [threading.Lock() for _ in range(64)]
 
 
 def _session_lock(session_id: str | None) -> contextlib.AbstractContextManager[Any]:
-    if not isinstance(session_id, str) or not session_id:
+    # the session the components see (" s1" and "s1" are one session, so they take one lock)
+    session = normalize_session_id(session_id) if isinstance(session_id, str) else ""
+    if not session:
         return contextlib.nullcontext()
-    return _SESSION_LOCKS[zlib.crc32(session_id.encode("utf-8", "surrogatepass")) % len(_SESSION_LOCKS)]
+    return _SESSION_LOCKS[zlib.crc32(session.encode("utf-8", "surrogatepass")) % len(_SESSION_LOCKS)]
 
 
 def lookup(pipeline: Pipeline, query: Any, session_id: str | None = None) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from components.markdown_loader import MarkdownKnowledgeLoader
 from components.offline_text_embedder import OfflineTextEmbedder
 from components.sidecar_retriever import SidecarRetriever
 from components.store.knowledge_index import KnowledgeIndex
+from components.store.lite_host import HostPaths, LiteHostLease
 from components.store.schema import is_lite_uri
 from pipelines import load_pipeline, lookup
 from pipelines.indexing import IndexSummary, KnowledgeIndexer
@@ -63,9 +64,17 @@ FRAMEWORK = "framework"
 UNITS = {"latency": "ms", "stages_ms": "ms (p50 per lookup)", "rss": "MB", "cold_start": "s", "throughput": "chars/s"}
 
 
+#: leases on Milvus Lite hosts held for the bare pipelines of this process (a lease closes when it is dropped)
+_BARE_LEASES: list[LiteHostLease] = []
+
+
 def _bare_pipeline(deployment: Deployment, collection: str, model: str, top_k: int) -> Pipeline:
+    # the same Milvus as the lookup pipeline's: for a Milvus Lite folder, its host (every process shares it)
+    lease = LiteHostLease.acquire(deployment.milvus_uri) if is_lite_uri(deployment.milvus_uri) else None
+    if lease is not None:
+        _BARE_LEASES.append(lease)
     store = MilvusDocumentStore(
-        connection_args={"uri": deployment.milvus_uri},
+        connection_args={"uri": lease.uri if lease else deployment.milvus_uri},
         collection_name=collection,
         text_field="content",
         index_params={"metric_type": "L2", "index_type": "AUTOINDEX", "params": {}},
@@ -355,56 +364,100 @@ def cold_start(data_dir: str | Path, query: str, runs: int = 5) -> dict[str, Any
     """
     Process start -> first answer of `lookup-knowledge ask`, in fresh processes.
 
+    On Milvus Lite every `ask` is timed twice: with no host running for the folder (it starts one, as the first
+    command after a pause does: `cold_start_s`), and with the host already running (as every later command finds it
+    while one runs or lingers: `warm_host_cold_start_s`).
+
     :param data_dir: An indexed data folder.
     :param query: The question asked.
-    :param runs: How many processes.
-    :returns: `cold_start_s` (median wall seconds) and every run's, and `ask_peak_rss_mb`: the median peak RSS of
-        those processes (the shipped pipeline answering one question, Milvus Lite's in-process server and the
-        collection it loaded included; None where the platform does not report it).
+    :param runs: How many processes of each kind.
+    :returns: `cold_start_s` (median wall seconds) and every run's, `warm_host_cold_start_s` and its runs (None on a
+        Milvus server), and `ask_peak_rss_mb`: the median peak RSS of the `ask` processes (the shipped pipeline
+        answering one question; the Milvus Lite host is a process of its own, not counted; None where the platform
+        does not report it).
     :raises RuntimeError: If an `ask` fails.
     """
+    deployment = Deployment.resolve(data_dir)
+    lite = is_lite_uri(deployment.milvus_uri)
     command = [sys.executable, "-m", "pipelines.cli", "ask", "--data-dir", str(data_dir), query]
-    walls, peaks = [], []
+    walls, peaks, warm = [], [], []
     for _ in range(runs):
-        with tempfile.TemporaryFile() as stderr:
-            started = time.perf_counter()
-            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, cwd=REPO_ROOT)  # noqa: S603
-            _, status, usage = os.wait4(process.pid, 0)  # the child's own resource usage, its peak RSS in KB
-            walls.append(time.perf_counter() - started)
-            process.returncode = os.waitstatus_to_exitcode(status)
-            if process.returncode != 0:
-                stderr.seek(0)
-                msg = f"`ask` failed with exit {process.returncode}: {stderr.read().decode(errors='replace')[-500:]}"
-                raise RuntimeError(msg)
-        peaks.append(usage.ru_maxrss / 1024)
+        if lite:  # the host the previous run started stops with it
+            wait_for_no_host(deployment.milvus_uri)
+        wall, peak = _time_ask(command, {"LOOKUP_KNOWLEDGE_LITE_LINGER_S": "0"})
+        walls.append(wall)
+        peaks.append(peak)
+    if lite:
+        lease = LiteHostLease.acquire(deployment.milvus_uri)  # a running host, as a later command finds it
+        try:
+            warm = [_time_ask(command, {})[0] for _ in range(runs)]
+        finally:
+            lease.release()
     return {
         "cold_start_s": round(statistics.median(walls), 2),
         "runs_s": [round(w, 2) for w in walls],
+        "warm_host_cold_start_s": round(statistics.median(warm), 2) if warm else None,
+        "warm_host_runs_s": [round(w, 2) for w in warm],
         "ask_peak_rss_mb": round(statistics.median(peaks), 1) if any(peaks) else None,
     }
 
 
-def release_milvus_lite(milvus_uri: str) -> None:
+def _time_ask(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """One `ask`: its wall seconds from spawn to exit and its own peak RSS in MB."""
+    with tempfile.TemporaryFile() as stderr:
+        started = time.perf_counter()
+        process = subprocess.Popen(  # noqa: S603
+            command, stdout=subprocess.DEVNULL, stderr=stderr, cwd=REPO_ROOT, env={**os.environ, **env}
+        )
+        _, status, usage = os.wait4(process.pid, 0)  # the child's own resource usage, its peak RSS in KB
+        wall = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode != 0:
+            stderr.seek(0)
+            msg = f"`ask` failed with exit {process.returncode}: {stderr.read().decode(errors='replace')[-500:]}"
+            raise RuntimeError(msg)
+    return wall, usage.ru_maxrss / 1024
+
+
+def wait_for_no_host(milvus_uri: str, timeout_s: float = 60) -> None:
     """
-    Stop this process' Milvus Lite server of a data folder whose clients are all closed, so another process can open it.
+    Wait until no Milvus Lite host serves the folder (a host whose last process ended stops after its linger time).
 
-    Milvus Lite opens a folder in one process at a time and keeps serving it until the process ends.
-
-    :param milvus_uri: The deployment's Milvus URI (a server's `http://...` is left alone).
+    :param milvus_uri: The Milvus Lite `.db` folder.
+    :param timeout_s: Longest wait.
+    :raises RuntimeError: If a host still runs then.
     """
-    if "://" in milvus_uri:
-        return
-    from milvus_lite.server_manager import server_manager_instance
+    state = HostPaths.of(milvus_uri).state
+    deadline = time.monotonic() + timeout_s
+    while state.exists():
+        if time.monotonic() > deadline:
+            msg = f"the Milvus Lite host of {milvus_uri} still runs after {timeout_s:g} s (another process uses it)"
+            raise RuntimeError(msg)
+        time.sleep(0.05)
 
-    server_manager_instance.release_server(milvus_uri)
 
-
-def peak_rss_mb() -> float | None:
+def lite_host_peak_rss_mb(milvus_uri: str) -> float | None:
     """
-    :returns: This process' peak resident set size in MB (Linux `VmHWM`), or None where unavailable.
+    :param milvus_uri: The deployment's Milvus URI.
+    :returns: The peak resident set size in MB of the Milvus Lite host serving it (the collections it loaded), or
+        None on a server or where unavailable.
+    """
+    if not is_lite_uri(milvus_uri):
+        return None
+    try:
+        pid = json.loads(HostPaths.of(milvus_uri).state.read_text(encoding="utf-8"))["pid"]
+        return peak_rss_mb(Path(f"/proc/{int(pid)}/status"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def peak_rss_mb(status_file: Path = Path("/proc/self/status")) -> float | None:
+    """
+    :param status_file: The process' `/proc/<pid>/status` (default: this process').
+    :returns: The process' peak resident set size in MB (Linux `VmHWM`), or None where unavailable.
     """
     try:
-        status = Path("/proc/self/status").read_text(encoding="utf-8")
+        status = status_file.read_text(encoding="utf-8")
     except OSError:
         return None
     for line in status.splitlines():
@@ -521,9 +574,8 @@ def run_bench(
     throughput = index_throughput(indexer, summary, kb)
     pool = embed_pool(kb, indexer) if scales else None  # real chunks and vectors every scale recombines
     indexer.close()
-    release_milvus_lite(deployment.milvus_uri)
     start = {}
-    if cold_start_runs:  # while no connection of this process holds the Milvus Lite folder
+    if cold_start_runs:
         say("timing cold starts")
         start = cold_start(deployment.data_dir, queries[0], cold_start_runs)
     say("timing lookups")
@@ -539,6 +591,8 @@ def run_bench(
     if start:
         figures["cold_start_s"] = start["cold_start_s"]
         figures["cold_start_runs_s"] = start["runs_s"]
+        figures["warm_host_cold_start_s"] = start["warm_host_cold_start_s"]
+        figures["warm_host_cold_start_runs_s"] = start["warm_host_runs_s"]
         figures["ask_peak_rss_mb"] = start["ask_peak_rss_mb"]
     if scales and pool is not None:
         figures["scales"] = {}
@@ -562,7 +616,6 @@ def _run_scale(pool: ScalePool, chunks: int, data_dir: Path, rounds: int, cold_s
         shutil.rmtree(data_dir)
     deployment = Deployment.resolve(data_dir)
     corpus = build_scale_corpus(pool.root, chunks, deployment, pool=pool)
-    release_milvus_lite(deployment.milvus_uri)  # the worker and `ask` open it in processes of their own
     command = [sys.executable, "-m", "pipelines.bench", "--worker", str(data_dir), "--knowledge", str(pool.root)]
     command += ["--rounds", str(rounds)]
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, check=False)  # noqa: S603
@@ -582,6 +635,7 @@ def _worker(data_dir: str, knowledge_dir: str, rounds: int) -> None:
     figures = time_lookups(data_dir, _queries(Path(knowledge_dir)), rounds)
     figures["seconds"] = round(time.perf_counter() - started, 1)
     figures["peak_rss_mb"] = peak_rss_mb()
+    figures["lite_host_peak_rss_mb"] = lite_host_peak_rss_mb(Deployment.resolve(data_dir).milvus_uri)
     print(json.dumps(figures, ensure_ascii=False))
 
 

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from components.store.lite_host import LiteHostError
 from pipelines.settings import (
     DEFAULT_MCP_HOST,
     DEFAULT_MCP_PORT,
     Deployment,
-    KnowledgeBaseBusyError,
-    check_lite_free,
     lite_file_in,
+    start_store,
 )
 from pipelines.startup import pause_collection, resume_collection
 
@@ -57,17 +57,20 @@ def _print_index_summary(summary: dict, deployment: Deployment) -> None:
         )
     if summary["statistics"]:
         print(f"Calibration: {summary['statistics']}")
+    milvus = deployment.milvus_uri
+    if "://" in milvus:  # a server URI may carry a password too (`http://user:password@host:19530`)
+        milvus = redact_url(milvus)
     print(
-        f"Data: Milvus at {deployment.milvus_uri}, knowledge index at {deployment.index_path}, "
+        f"Data: Milvus at {milvus}, knowledge index at {deployment.index_path}, "
         f"lookup traces in {redact_url(deployment.trace_db_url)}"
     )
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    deployment = Deployment.resolve(args.data_dir)
+    start_store(deployment.milvus_uri)
     from pipelines.indexing import KnowledgeIndexer
 
-    deployment = Deployment.resolve(args.data_dir)
-    check_lite_free(deployment.milvus_uri)
     indexer = KnowledgeIndexer(deployment)
     try:
         summary = indexer.index(args.knowledge, rebuild=args.rebuild, progress=not args.quiet).as_dict()
@@ -124,8 +127,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     deployment = Deployment.resolve(args.data_dir)
     _require_data_folder(deployment)
-    check_lite_free(deployment.milvus_uri)
-    pipeline = load_pipeline(args.pipeline or DEFAULT_LOOKUP_PIPELINE, data_dir=args.data_dir)
+    start_store(deployment.milvus_uri)
+    # a store or knowledge index that cannot be opened fails the lookup, which is then recorded (exit 1)
+    pipeline = load_pipeline(args.pipeline or DEFAULT_LOOKUP_PIPELINE, data_dir=args.data_dir, warm_up=False)
     result = lookup(pipeline, args.query, session_id=args.session)
     if args.json:
         print(json.dumps(result, ensure_ascii=False, indent=1))
@@ -162,6 +166,12 @@ def cmd_trace(args: argparse.Namespace) -> int:
                 print(
                     f"Replayed {report.files} spool files: {report.stored} rows stored, {report.duplicates} already "
                     f"stored, {report.rejected} damaged lines moved to {rejected}"
+                    + ("; nothing was waiting" if not report.files and not report.in_progress else "")
+                    + (
+                        f"; {report.in_progress} spool files are being stored by another replay right now"
+                        if report.in_progress
+                        else ""
+                    )
                     + (f"; database unavailable ({report.error}), rows stay spooled" if report.error else "")
                 )
             return 1 if report.error else 0
@@ -198,7 +208,6 @@ def cmd_trace(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from pipelines.mcp_server import serve
 
-    check_lite_free(Deployment.resolve(args.data_dir).milvus_uri)
     with contextlib.suppress(KeyboardInterrupt):
         serve(
             args.transport,
@@ -424,7 +433,7 @@ def _run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as err:
         print(f"lookup-knowledge: {err}", file=sys.stderr)
         return 2
-    except KnowledgeBaseBusyError as err:
+    except LiteHostError as err:  # the data folder's Milvus Lite host could not start (or the data is held)
         print(f"lookup-knowledge: {err}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # nobody reads the rest: stop quietly, and let the exit flush go nowhere

@@ -12,24 +12,29 @@ serialized alike and every lookup is one trace row.
   `{"error_code", "error_msg"}`.
 - `GET /health` → `{status, storeReachable, collection, collectionExists, indexVersion, documents, chunks, error}`:
   200 when the store answers and the collection exists, else 503 (`status: unavailable`), checked on a connection of
-  its own, never through the lookup pipeline (no trace row).
+  its own, never through the lookup pipeline (no trace row). A check that itself fails (the knowledge index file
+  cannot be read, e.g. it is corrupt) is 503 too, `status: error` with the reason in `error`: never a 500.
 - `GET /openapi.json` → the OpenAPI 3.1 document of these routes.
 
 Requests that never reach the pipeline are refused with a one-line JSON error and leave no trace row, as the MCP SDK
-answers calls that do not match the tool's schema: a body that is not JSON, not an object, or not of the documented
-shape (400); larger than 64 KiB (413); without `Content-Type: application/json` (415); a Host header that is not
-served (421, DNS-rebinding protection, the MCP endpoint's allowed hosts) or a foreign `Origin` (403). `/lookup` and
-the others answer `{"error": <word>, "detail": <reason>}`; `/retrieval` answers in Dify's shape. With a bearer token
-set (`LOOKUP_KNOWLEDGE_TOKEN`), `BearerTokenMiddleware` guards every route but `/retrieval`, which checks the same
-token itself to answer Dify's 1001/1002 (403). Pipeline runs are blocking: they run in a worker thread.
+answers calls that do not match the tool's schema: a body that is not JSON, nested deeper than 32 arrays and objects,
+not an object, or not of the documented shape (400); larger than 64 KiB (413); without `Content-Type:
+application/json` (415); a Host header that is not served (421, DNS-rebinding protection, the MCP endpoint's allowed
+hosts) or a foreign `Origin` (403). `/lookup` and the others answer `{"error": <word>, "detail": <reason>}`;
+`/retrieval` answers in Dify's shape. A lone surrogate in a string of the body (JSON's `"\\ud800"`, not Unicode text)
+is read as its escape, the six characters `\\ud800`, as the trace store stores it: the lookup runs on that text, is
+recorded once, and its answer can be sent. With a bearer token set (`LOOKUP_KNOWLEDGE_TOKEN`), `BearerTokenMiddleware`
+guards every route but `/retrieval`, which checks the same token itself to answer Dify's 1001/1002 (403); both compare
+with `bearer_token_matches`. Pipeline runs are blocking: they run in a worker thread.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import re
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal, TypeVar
 
 from haystack import logging
@@ -61,10 +66,16 @@ __all__ = [
     "HEALTH_PATH",
     "LOOKUP_PATH",
     "MAX_BODY_BYTES",
+    "MAX_JSON_DEPTH",
     "OPENAPI_PATH",
     "RETRIEVAL_PATH",
     "ApiError",
+    "JsonTooDeepError",
     "KnowledgeService",
+    "authorization_header",
+    "bearer_token_matches",
+    "escape_lone_surrogates",
+    "load_json",
     "openapi_document",
     "rest_routes",
 ]
@@ -77,6 +88,9 @@ HEALTH_PATH = "/health"
 OPENAPI_PATH = "/openapi.json"
 #: Largest request body read (a query is at most 2,000 characters; Dify's request is a few hundred bytes).
 MAX_BODY_BYTES = 64 * 1024
+#: Deepest nesting of arrays and objects in a request body (Dify's deepest request nests 4 levels); checked before the
+#: body is parsed, since the parser recurses once per level.
+MAX_JSON_DEPTH = 32
 
 #: `evidenceStatus` → HTTP status of `/lookup` (every other status is 200).
 LOOKUP_STATUS = {"invalid_query": 422, "error": 503}
@@ -146,7 +160,9 @@ class Health(BaseModel):
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
-    status: Literal["ok", "unavailable"]
+    status: Literal["ok", "unavailable", "error"] = Field(
+        description="ok; unavailable: the store did not answer or nothing is indexed; error: the check itself failed."
+    )
     store_reachable: bool
     collection: str
     collection_exists: bool
@@ -218,36 +234,57 @@ class KnowledgeService:
         with self._index_lock:
             return self._index.get()[0].by_source()
 
+    def _indexed(self) -> tuple[int, int, str | None]:
+        """The knowledge index file's documents and signature, or why it cannot be read (health never raises)."""
+        with self._index_lock:
+            try:
+                version = self._index.signature()
+                documents = len(self._index.get()[0].documents)
+            except Exception as err:  # a corrupt or unreadable file, whatever its reader raises
+                reason = f"knowledge index {self._index.path} cannot be read ({_one_line(err)})"
+                return 0, 0, f"{reason}; `lookup-knowledge index` writes it again"
+        return documents, version, None
+
     def health(self) -> dict[str, Any]:
         """
-        Ask the store whether the collection is there and how many rows it has (blocking).
+        Read the knowledge index file, and ask the store whether the collection is there and how many rows it has
+        (blocking; never raises).
 
-        :returns: The `Health` body as a dict.
+        :returns: The `Health` body as a dict: `status` `ok`; `unavailable` (the store did not answer, or the
+            collection does not exist); or `error` (the knowledge index file cannot be read; then the store is not
+            asked, since the file names the collection), with the reason in `error`.
         """
-        with self._index_lock:
-            index, _ = self._index.get()
-            version = self._index.signature()
-        reachable, exists, chunks, error = False, False, None, None
+        documents, version, index_error = self._indexed()
+        reachable, exists, chunks, error = False, False, None, index_error
         with self._probe_lock:
-            try:
-                exists = self._probe.exists()
-                chunks = self._probe.count() if exists else 0
-                reachable = True
-            except Exception as err:  # whatever the client raises: the store did not answer
-                error = f"{type(err).__name__}: {err}"
+            if index_error is None:
+                try:
+                    exists = self._probe.exists()
+                    chunks = self._probe.count() if exists else 0
+                    reachable = True
+                except Exception as err:  # whatever the client raises: the store did not answer
+                    error = _one_line(err)
             name = self._probe.schema.collection_name
         if reachable and not exists:
             error = f"collection {name!r} does not exist; run `lookup-knowledge index` first"
+        status: Literal["ok", "unavailable", "error"] = "ok" if reachable and exists else "unavailable"
+        if index_error is not None:
+            status = "error"
         return Health(
-            status="ok" if reachable and exists else "unavailable",
+            status=status,
             store_reachable=reachable,
             collection=name,
             collection_exists=exists,
             index_version=version,
-            documents=len(index.documents),
+            documents=documents,
             chunks=chunks,
             error=error,
         ).model_dump(by_alias=True)
+
+
+def _one_line(err: Exception) -> str:
+    """An exception as one line (pydantic's and others' messages span several), at most 300 characters."""
+    return " ".join(f"{type(err).__name__}: {err}".split())[:300]
 
 
 def _describe(err: ValidationError) -> str:
@@ -273,14 +310,89 @@ def parse_body(model: type[M], data: Any) -> M:
         raise ApiError(400, "bad_request", f"invalid request: {_describe(err)}") from None
 
 
+class JsonTooDeepError(ValueError):
+    """JSON text nested deeper than its reader accepts."""
+
+
+#: a JSON string (an unterminated one runs to the end, so that scanning stays linear) or a bracket
+_STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)|[\[\]{}]', re.DOTALL)
+
+
+def json_depth(text: str, limit: int) -> int:
+    """
+    How deep JSON text nests arrays and objects, counted without parsing it (brackets in strings do not count).
+
+    :param text: JSON text (valid or not).
+    :param limit: Stop counting above this depth.
+    :returns: The deepest nesting, or `limit + 1` when it is deeper than `limit`.
+    """
+    depth = deepest = 0
+    for match in _STRING_OR_BRACKET.finditer(text):
+        char = match.group()[0]
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                break
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def _escaped(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+    return text
+
+
+def escape_lone_surrogates(value: Any) -> Any:
+    r"""
+    Return decoded JSON whose strings (keys too) are Unicode text: each lone surrogate becomes its escape, as text.
+
+    JSON's `"\ud800"` decodes to a lone surrogate, which is no character: UTF-8 cannot encode it, so an answer or a log
+    line holding it fails. It becomes the six characters `\ud800`, as the trace store stores such strings, so what is
+    looked up, answered and recorded is one and the same text.
+
+    :param value: A decoded JSON value.
+    :returns: The value, copied where a string changed.
+    """
+    if isinstance(value, str):
+        return _escaped(value)
+    if isinstance(value, dict):
+        return {_escaped(key): escape_lone_surrogates(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [escape_lone_surrogates(item) for item in value]
+    return value
+
+
+def load_json(text: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """
+    Parse JSON text of bounded nesting, its lone surrogates escaped (`escape_lone_surrogates`).
+
+    :param text: The JSON text.
+    :param max_depth: Deepest nesting of arrays and objects accepted. Checked before parsing: the parser recurses once
+        per level, and 30,000 levels fit in 64 KiB and exhaust Python's stack.
+    :returns: The decoded value.
+    :raises JsonTooDeepError: If it nests deeper than `max_depth`.
+    :raises ValueError: If it is not JSON.
+    """
+    if json_depth(text, max_depth) > max_depth:
+        msg = f"nested deeper than {max_depth} levels of arrays and objects"
+        raise JsonTooDeepError(msg)
+    return escape_lone_surrogates(json.loads(text))
+
+
 async def read_json(request: Request, limit: int = MAX_BODY_BYTES) -> Any:
     """
-    Read and decode a JSON request body of at most `limit` bytes.
+    Read and decode a JSON request body of at most `limit` bytes and `MAX_JSON_DEPTH` levels (`load_json`).
 
     :param request: The request.
     :param limit: Largest body accepted.
-    :returns: The decoded body.
-    :raises ApiError: 415 without `Content-Type: application/json`, 413 over the limit, 400 if it is not JSON.
+    :returns: The decoded body, lone surrogates escaped.
+    :raises ApiError: 415 without `Content-Type: application/json`, 413 over the limit, 400 if it is not JSON or is
+        nested too deep.
     """
     content_type = request.headers.get("content-type", "")
     if not content_type.lower().startswith("application/json"):
@@ -295,7 +407,9 @@ async def read_json(request: Request, limit: int = MAX_BODY_BYTES) -> Any:
         if len(body) > limit:
             raise too_large
     try:
-        return json.loads(body.decode("utf-8"))
+        return load_json(body.decode("utf-8"))
+    except JsonTooDeepError as err:
+        raise ApiError(400, "bad_request", f"the body is {err}") from None
     except (UnicodeDecodeError, ValueError) as err:
         raise ApiError(400, "bad_request", f"the body is not JSON: {err}") from None
 
@@ -323,20 +437,52 @@ class HostCheck:
         raise ApiError(refused.status_code, "forbidden_origin", "this Origin is not served (DNS-rebinding protection)")
 
 
-def retrieval_auth(header: str | None, token: str | None) -> None:
+def authorization_header(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
     """
-    Dify's authorization check on `/retrieval` (constant-time comparison).
+    :param headers: A request's headers as sent (ASGI's `scope["headers"]`, Starlette's `request.headers.raw`).
+    :returns: Its first `Authorization` header, as bytes (b"" without one).
+    """
+    return next((value for name, value in headers if name.lower() == b"authorization"), b"")
 
-    :param header: The `Authorization` header.
+
+def bearer_credentials(header: bytes) -> bytes | None:
+    """
+    :param header: An `Authorization` header as sent.
+    :returns: Its credentials if it is `Bearer <credentials>` (the scheme in any case, as HTTP has it), else None.
+    """
+    scheme, _, credentials = header.strip().partition(b" ")
+    credentials = credentials.strip()
+    return credentials if scheme.lower() == b"bearer" and credentials else None
+
+
+def bearer_token_matches(header: bytes, token: str) -> bool:
+    """
+    Whether an `Authorization` header carries the bearer token: the one comparison of every route and of `/mcp`.
+
+    Compared as bytes, in constant time (`hmac.compare_digest`): a header is bytes on the wire, and the token is
+    printable ASCII (`pipelines.mcp_server.check_token`), so its UTF-8 is exactly what a client sends.
+
+    :param header: The `Authorization` header as sent.
+    :param token: The server's bearer token.
+    :returns: True if it is `Bearer <token>`.
+    """
+    credentials = bearer_credentials(header)
+    return credentials is not None and hmac.compare_digest(credentials, token.encode("utf-8"))
+
+
+def retrieval_auth(header: bytes, token: str | None) -> None:
+    """
+    Dify's authorization check on `/retrieval` (`bearer_token_matches`, as on every other route).
+
+    :param header: The `Authorization` header as sent.
     :param token: The server's bearer token, or None (loopback only: every caller is served).
     :raises ApiError: Dify's 1001 (no `Bearer <key>`) or 1002 (another key), both 403.
     """
     if token is None:
         return
-    scheme, _, key = (header or "").partition(" ")
-    if scheme != "Bearer" or not key.strip():
+    if bearer_credentials(header) is None:
         raise dify_error(1001)
-    if not hmac.compare_digest(key.encode(), token.encode()):
+    if not bearer_token_matches(header, token):
         raise dify_error(1002)
 
 
@@ -379,7 +525,7 @@ def rest_routes(
 
     async def retrieval_route(request: Request) -> Response:
         await check_host(request)
-        retrieval_auth(request.headers.get("authorization"), token)
+        retrieval_auth(authorization_header(request.headers.raw), token)
         payload = parse_body(RetrievalRequest, await read_json(request))
         if payload.knowledge_id not in service.knowledge_ids():
             raise dify_error(2001)
@@ -398,7 +544,11 @@ def rest_routes(
 
     async def health_route(request: Request) -> Response:
         await check_host(request)
-        health = await run_in_threadpool(service.health)
+        try:
+            health = await run_in_threadpool(service.health)
+        except Exception as err:  # a health check that fails is an unhealthy server, not a crashed route
+            logger.exception("Health check failed: {error}", error=err)
+            health = {"status": "error", "error": " ".join(f"health check failed: {type(err).__name__}: {err}".split())}
         return JSONResponse(health, status_code=200 if health["status"] == "ok" else 503)
 
     async def openapi_route(request: Request) -> Response:
@@ -437,7 +587,11 @@ def openapi_document() -> dict[str, Any]:
     :returns: The document.
     """
     refused = {
-        "400": _json("ErrorBody", "Not JSON, not an object, or not the documented shape (not recorded)."),
+        "400": _json(
+            "ErrorBody",
+            f"Not JSON, nested deeper than {MAX_JSON_DEPTH} levels, not an object, or not the documented shape "
+            "(not recorded).",
+        ),
         "401": _json("ErrorBody", "A token is set and the request does not send it."),
         "413": _json("ErrorBody", f"The body is larger than {MAX_BODY_BYTES} bytes."),
         "415": _json("ErrorBody", "No `Content-Type: application/json`."),
@@ -500,7 +654,11 @@ def openapi_document() -> dict[str, Any]:
                     "summary": "Whether the store answers, and what is indexed",
                     "responses": {
                         "200": _json("Health", "The store answers and the collection exists."),
-                        "503": _json("Health", "The store does not answer, or nothing is indexed."),
+                        "503": _json(
+                            "Health",
+                            "The store does not answer or nothing is indexed (status unavailable), or the check "
+                            "failed, e.g. the knowledge index file cannot be read (status error).",
+                        ),
                     },
                 }
             },

@@ -38,7 +38,7 @@ from components.store.knowledge_index import IndexedDocument
 from components.store.schema import CROSSLINGUAL_META_KEY
 from pipelines.indexing import KnowledgeIndexer, indexed_document
 from pipelines.loading import node_of_type
-from pipelines.settings import Deployment, check_lite_free
+from pipelines.settings import Deployment
 
 logger = logging.getLogger(__name__)
 
@@ -376,7 +376,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     deployment = Deployment.resolve(args.data_dir)
-    check_lite_free(deployment.milvus_uri)
     try:
         corpus = build_scale_corpus(args.knowledge, args.chunks, deployment, args.seed, progress=not args.quiet)
     except (ValueError, FileNotFoundError) as err:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,13 +16,6 @@ DEFAULT_INDEXING_PIPELINE = Path(__file__).resolve().parent / "indexing.yaml"
 ALLOWED_MODULES = ["components", "pipelines"]
 DEFAULT_MCP_HOST = "127.0.0.1"  # loopback unless the operator says otherwise
 DEFAULT_MCP_PORT = 8765
-
-
-def _opened_here(milvus_uri: str) -> bool:
-    """Whether this process already runs the folder's Milvus Lite server (its lock is then ours)."""
-    manager = sys.modules.get("milvus_lite.server_manager")
-    servers = getattr(getattr(manager, "server_manager_instance", None), "_servers", {})
-    return os.path.abspath(milvus_uri) in servers
 
 
 def lite_file_in(milvus_uri: str, folder: Path) -> str | None:
@@ -40,39 +32,24 @@ def lite_file_in(milvus_uri: str, folder: Path) -> str | None:
     return path.relative_to(folder).as_posix() if path.is_relative_to(folder) else None
 
 
-class KnowledgeBaseBusyError(RuntimeError):
-    """The Milvus Lite data of a deployment is open in another process."""
-
-
-def check_lite_free(milvus_uri: str) -> None:
+def start_store(milvus_uri: str) -> None:
     """
-    Fail fast, in one line, when another process holds a Milvus Lite data folder (Lite opens it in one process only).
+    Start the Milvus Lite host of a deployment's data, if it uses Milvus Lite and none runs, without waiting for it
+    (`components.store.lite_host`): every command calls this first, so the host opens the data while the command
+    imports its libraries. A server URI needs nothing.
 
-    :param milvus_uri: The deployment's Milvus URI; servers (`http://...`) are never busy this way.
-    :raises KnowledgeBaseBusyError: If the folder's lock is held, with what to do.
+    :param milvus_uri: The deployment's Milvus URI.
+    :raises LiteHostError: If the host cannot be started.
     """
-    lock = Path(milvus_uri) / "LOCK"
-    if "://" in milvus_uri or not lock.is_file() or _opened_here(milvus_uri):
+    if "://" in milvus_uri:
         return
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: Milvus Lite reports it itself
-        return
-    with lock.open("a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            msg = (
-                f"the knowledge base {milvus_uri} is open in another process (a running serve, index or ask); "
-                f"wait for it, or share it: milvus-lite server --host 127.0.0.1 --port 19530 --data-dir "
-                f"{milvus_uri} and MILVUS_URI=http://127.0.0.1:19530 for every command"
-            )
-            raise KnowledgeBaseBusyError(msg) from None
-        fcntl.flock(handle, fcntl.LOCK_UN)
+    from components.store.lite_host import start_soon
+
+    start_soon(milvus_uri)
 
 
 #: the files the project writes into a data folder
-DATA_FILES = ("milvus.db", "traces.db", "trace_spool.jsonl", "knowledge_index.json")
+DATA_FILES = ("milvus.db", "traces.db", "trace_spool.jsonl", "knowledge_index.json", "index.lock", "rebuild.json")
 
 
 def _refuse_links_out(folder: Path) -> None:

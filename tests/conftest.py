@@ -4,6 +4,7 @@ import components  # noqa: F401 - first: test modules import Haystack, and this 
 
 # isort: split
 
+import os
 import shutil
 import uuid
 from collections import Counter
@@ -11,6 +12,10 @@ from pathlib import Path
 
 import pytest
 from pymilvus import MilvusClient
+
+# a Milvus Lite host stops this long after its last process let go (60 s by default): a test folder's host must not
+# outlive the test by a minute, while the processes a test starts one after another still find it running
+os.environ.setdefault("LOOKUP_KNOWLEDGE_LITE_LINGER_S", "2")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KNOWLEDGE_DIR = REPO_ROOT / "knowledge"

@@ -205,7 +205,11 @@ class LookupResult(_Contract):
     completeness_hint: Literal["complete", "truncated", "none"] = "none"
     l0_hints: L0Hints = Field(default_factory=L0Hints)
     error: str | None = None
+    #: the `tool_invocation` row's id; None while the row waits in the spool (or in memory: see `trace_error`)
     trace_id: int | None = None
+    #: None when the call was recorded or spooled; else why neither the trace database nor the spool took its row
+    #: (one line; the row waits in memory and is written as soon as either can be)
+    trace_error: str | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         """Return the camelCase JSON form."""

@@ -6,7 +6,8 @@ from haystack import Document
 from haystack.errors import FilterError
 from milvus_haystack import MilvusDocumentStore
 
-from components.store.schema import CATEGORY_MAX_BYTES, CollectionSchema, string_literal
+from components.store.lite_host import LiteHostLease
+from components.store.schema import CATEGORY_MAX_BYTES, CollectionSchema, is_lite_uri, string_literal
 
 _COMPARISONS = ("==", "!=", ">", ">=", "<", "<=")
 
@@ -136,10 +137,18 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
         :param kwargs: `MilvusDocumentStore` arguments.
         """
         self.vector_index = dict(vector_index) if vector_index else None
+        # a Milvus Lite folder is opened by its host process, which every process shares (`lite_host`)
+        connection_args = kwargs.get("connection_args")
+        self._lease: LiteHostLease | None = None
+        if connection_args and is_lite_uri(str(connection_args.get("uri", ""))):
+            self._lease = LiteHostLease.acquire(connection_args["uri"])
+            kwargs["connection_args"] = {**connection_args, "uri": self._lease.uri}
         # opening describes the vector index three times, and Milvus Lite counts every row of the collection for
         # each (0.5 s at 100k chunks): the index found first is remembered
         self._described_index = self.vector_index
         super().__init__(**kwargs)
+        if self._lease is not None:
+            self.connection_args = connection_args  # serialized as given: the folder, not this host's socket
         self.metadata_field = metadata_field
         self.vector_output_fields = list(vector_output_fields or [])
         self.category_field = category_field
@@ -152,6 +161,13 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
             metadata_field=metadata_field,
             category_field=category_field,
         )
+
+    def close(self) -> None:
+        """Close the connection, and give back the lease on a Milvus Lite folder's host (it may stop then)."""
+        self.client.close()
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
 
     def to_dict(self) -> dict[str, Any]:
         """

@@ -9,11 +9,12 @@ by the index version.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from haystack import Document, default_from_dict, default_to_dict, logging
@@ -32,12 +33,16 @@ from components.store.json_metadata_document_store import (
 from components.store.knowledge_index import CachedKnowledgeIndex, IndexVersionCache
 from components.store.lexical import Bm25ChunkIndex, Bm25Corpus, TermStatistics, lexical_text, tokenize
 from components.store.milvus_chunk_store import NOT_LOADED, CollectionDescription, MilvusChunkStore
-from components.store.schema import SEMANTICS, CollectionSchema, client_options
+from components.store.schema import CROSSLINGUAL_META_KEY, SEMANTICS, CollectionSchema, client_options
 from components.store.vector_table import VectorTable, table_rows
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 DENSE_PATHS = ("haystack", "sdk")
+#: what Milvus answers for a search of a collection that does not exist (any more)
+COLLECTION_NOT_FOUND = 100
 LEXICAL_SOURCES = ("auto", "milvus", "local")
 #: the BM25 search `prepare_lexical` runs so that Milvus has its BM25 index ready before the first lookup
 WARM_UP_QUERY = "index"
@@ -51,6 +56,10 @@ def _category_of(filters: dict[str, Any] | None) -> str | None:
         value = filters.get("value")
         return value if isinstance(value, str) else None
     return None
+
+
+#: between a collection's configured name and the number of a rebuild that wrote a new collection of its family
+REBUILD_MARK = "__r"
 
 
 def _is_active(meta: dict[str, Any], active: Mapping[str, str]) -> bool:
@@ -276,6 +285,44 @@ class KnowledgeCollection:
         self.store.drop()
         self._cache.clear()
 
+    def family(self) -> str:
+        """
+        :returns: The configured collection name, of which a rebuild writes new collections (`<family>__r<n>`).
+        """
+        name = self.collection_name or CollectionSchema().collection_name
+        family, mark, number = name.rpartition(REBUILD_MARK)
+        return family if mark and family and number.isdigit() else name
+
+    def rebuild_target(self) -> KnowledgeCollection:
+        """
+        A new, empty collection of this one's family and configuration, for a rebuild to fill beside the active one
+        (which lookups keep reading until the index file names the new one).
+
+        :returns: The collection, not yet created (its writer's `warm_up` creates it).
+        """
+        taken = set(self.store.list_collections())
+        number = time.time_ns() // 1_000_000
+        while f"{self.family()}{REBUILD_MARK}{number}" in taken:
+            number += 1
+        data = self.to_dict()
+        data["init_parameters"]["collection_name"] = f"{self.family()}{REBUILD_MARK}{number}"
+        return KnowledgeCollection.from_dict(data)
+
+    def drop_collections(self, names: Sequence[str]) -> list[str]:
+        """
+        Drop other collections of the same database (e.g. the one a rebuild replaced), those that exist.
+
+        :param names: Their names.
+        :returns: The names dropped.
+        """
+        existing = set(self.store.list_collections())
+        dropped = [name for name in names if name in existing]
+        for name in dropped:
+            self.store.drop_named(name)
+        if dropped:
+            self._cache.clear()
+        return dropped
+
     def index_version(self) -> int:
         """
         :returns: The current index version (the knowledge index file's signature; 0 before anything was indexed).
@@ -299,9 +346,13 @@ class KnowledgeCollection:
         index, _ = self._versions.get()
         names = [f.name for f in fields(CollectionSchema)]
         recorded = {k: v for k, v in index.collection_schema.items() if k in names}
-        if self.collection_name is not None and recorded.get("collection_name") != self.collection_name:
-            recorded = {}  # the index file describes another collection
         explicit = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        if self.collection_name is not None and index.collection_name:
+            if self.collection_name == index.configured_name():
+                # the configured name's active collection: after a rebuild, a new one of its family
+                explicit["collection_name"] = index.collection_name
+            elif self.collection_name != index.collection_name:
+                recorded = {}  # the index file describes another collection
         return CollectionSchema(**{**recorded, **explicit})
 
     def _describe(self) -> CollectionDescription | None:
@@ -412,7 +463,7 @@ class KnowledgeCollection:
     def _haystack_retriever(self, vector_fields: tuple[str, ...] = ()) -> MilvusEmbeddingRetriever:
         description = self._require()
         s = self._schema
-        connection: dict[str, Any] = {"uri": self.uri, **client_options(self.uri)}
+        connection: dict[str, Any] = {"uri": self.store.endpoint(), **client_options(self.uri)}
         if self.token is not None and self.token.resolve_value():
             connection["token"] = self.token
         store = JsonMetadataMilvusDocumentStore(
@@ -475,13 +526,26 @@ class KnowledgeCollection:
         if path not in DENSE_PATHS:
             msg = f"path={path!r} is not a dense search path; use one of {list(DENSE_PATHS)}"
             raise ValueError(msg)
-        if path == "haystack":
-            return self._search_haystack(vector, top_k, filters, tuple(vector_fields))
-        return self._search_sdk(vector, top_k, filters, tuple(vector_fields))
+        search = self._search_haystack if path == "haystack" else self._search_sdk
+        return self._again_if_replaced(lambda: search(vector, top_k, filters, tuple(vector_fields)))
+
+    def _again_if_replaced(self, call: Callable[[], T]) -> T:
+        """
+        Run a search; when its collection is gone because a rebuild replaced it between the index file's switch and
+        this search, describe the collection the index now names and run it once more.
+        """
+        try:
+            return call()
+        except MilvusException as err:
+            if err.code != COLLECTION_NOT_FOUND:
+                raise
+            self._cache.clear()
+            return call()
 
     def _search_haystack(
         self, vector: list[float], top_k: int, filters: dict[str, Any] | None, vector_fields: tuple[str, ...]
     ) -> list[Document]:
+        self.store.endpoint()  # a Milvus Lite host that went away is replaced (the retriever dials the same socket)
         retriever = self._cached_haystack_retriever(vector_fields)
         metric = self._schema.metric_type
         try:
@@ -577,6 +641,30 @@ class KnowledgeCollection:
             found.update(self.store.get_vectors(missing)[self._schema.vector_field])
         return [found[i] for i in ids]
 
+    def chunks_of(self, versions: Mapping[str, str]) -> list[Document]:
+        """
+        The stored chunks of some document versions, with their vectors, as the writer takes them (to carry them
+        into another collection).
+
+        :param versions: Source to version.
+        :returns: The chunks: `embedding` the dense vector, the cross-lingual one (where stored) in meta
+            `CROSSLINGUAL_META_KEY`.
+        """
+        ids = [
+            row["id"]
+            for row in self.scan(keys=("source", "doc_version"))
+            if versions.get(row["source"] or "") == row["doc_version"]
+        ]
+        s = self._schema
+        fields = self.vector_fields(dense=False, crosslingual=True)
+        chunks = []
+        for row in self.store.get_rows(ids, vector_fields=fields):
+            meta = dict(row["metadata"])
+            if s.crosslingual_field in row["vectors"]:
+                meta[CROSSLINGUAL_META_KEY] = row["vectors"][s.crosslingual_field]
+            chunks.append(Document(id=row["id"], content=row["content"], embedding=row["vector"], meta=meta))
+        return chunks
+
     def fetch(self, ids: list[str]) -> list[Document]:
         """
         Fetch chunks by id, without vectors.
@@ -639,8 +727,14 @@ class KnowledgeCollection:
             terms = lexical_text(query)
             if not terms:
                 return [], path
-            expr = json_filter_expression(filters, self._filter_schema())
-            return self.store.full_text_search(terms, self.full_text_field(), top_k=top_k, expr=expr), path
+            return self._again_if_replaced(
+                lambda: self.store.full_text_search(
+                    terms,
+                    self.full_text_field(),
+                    top_k=top_k,
+                    expr=json_filter_expression(filters, self._filter_schema()),
+                )
+            ), path
         category = _category_of(filters)
         if filters is None or category is not None:
             return self._local_index().search(query, top_k, category=category), path

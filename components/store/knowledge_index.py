@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from components.core.atomic_file import write_atomically
 from components.core.text_matching import mentions_folded
@@ -46,7 +46,11 @@ class KnowledgeIndex(BaseModel):
     format_version: int = 1
     # a Milvus Lite file inside the data folder relative to the folder (it may move), any other URI as given
     milvus_uri: str = ""
+    # the collection holding the active chunks: the configured name, or after a rebuild a new collection of its family
+    # (`<configured>__r<n>`), written beside the old one and switched to when complete
     collection_name: str = ""
+    # the name the indexing configuration gives it ("": `collection_name`, as written before rebuilds were staged)
+    configured_collection: str = ""
     # the schema the collection was created with (`CollectionSchema` fields), so readers need not repeat it
     collection_schema: dict[str, str | int] = Field(default_factory=dict)
     embedding_model: str = ""
@@ -68,7 +72,16 @@ class KnowledgeIndex(BaseModel):
         path = Path(path)
         if not path.exists():
             return cls()
-        return cls.model_validate_json(path.read_text(encoding="utf-8"))
+        try:
+            return cls.model_validate_json(path.read_bytes())
+        except ValidationError as err:
+            problem = err.errors()[0]
+            where = ".".join(str(part) for part in problem.get("loc", ())) or "the file"
+            msg = (
+                f"the knowledge index {path} is damaged ({where}: {problem.get('msg', 'invalid')}); "
+                "`lookup-knowledge index` writes it again"
+            )
+            raise ValueError(msg) from None
 
     def save(self, path: str | Path) -> None:
         """
@@ -78,6 +91,12 @@ class KnowledgeIndex(BaseModel):
         """
         text = self.model_dump_json(indent=1)
         write_atomically(Path(path), lambda out: out.write(text.encode("utf-8")))
+
+    def configured_name(self) -> str:
+        """
+        :returns: The collection name the indexing configuration gave (the family of the active collection).
+        """
+        return self.configured_collection or self.collection_name
 
     def active_versions(self) -> dict[str, str]:
         """Return the active version per source."""

@@ -17,6 +17,7 @@ from haystack import logging
 from pymilvus import DataType, Function, FunctionType, MilvusClient, MilvusException
 
 from components.store.lexical import K1, LEXICAL_MAX_BYTES, B
+from components.store.lite_host import LiteHostLease
 from components.store.schema import CATEGORY_MAX_BYTES, CollectionSchema, client_options, is_lite_uri, string_literal
 
 logger = logging.getLogger(__name__)
@@ -89,15 +90,31 @@ class MilvusChunkStore:
         self.consistency_level = consistency_level
         self._token = token
         self._client: MilvusClient | None = None
+        self._lease: LiteHostLease | None = None
         self._loaded = False
+
+    def endpoint(self) -> str:
+        """
+        The address to dial: a server URI as given; for a Milvus Lite folder, the folder's host (`lite_host`), which
+        is started when none runs and which this store holds a lease on until `close`.
+
+        :returns: The URI for `MilvusClient`.
+        :raises LiteHostError: If a Milvus Lite folder's host cannot be started or reached.
+        """
+        if not is_lite_uri(self.uri):
+            return self.uri
+        if self._lease is None or not self._lease.held:
+            Path(self.uri).parent.mkdir(parents=True, exist_ok=True)
+            self._lease = LiteHostLease.acquire(self.uri)
+        return self._lease.uri
 
     @property
     def client(self) -> MilvusClient:
-        """The connected client (connects on first use)."""
+        """The connected client (connects on first use; again when the folder's Milvus Lite host went away)."""
+        if self._lease is not None and not self._lease.held:  # it ended: the next host is found or started
+            self.close()
         if self._client is None:
-            if is_lite_uri(self.uri):
-                Path(self.uri).parent.mkdir(parents=True, exist_ok=True)
-            kwargs: dict[str, Any] = {"uri": self.uri, **client_options(self.uri)}
+            kwargs: dict[str, Any] = {"uri": self.endpoint(), **client_options(self.uri)}
             if self._token:
                 kwargs["token"] = self._token
             self._client = MilvusClient(**kwargs)
@@ -120,11 +137,14 @@ class MilvusChunkStore:
             return self.client.search(*args, **kwargs)
 
     def close(self) -> None:
-        """Release the connection."""
+        """Release the connection (and the lease on a Milvus Lite folder's host)."""
         if self._client is not None:
             self._client.close()
         self._client = None
         self._loaded = False
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
 
     def exists(self) -> bool:
         """Tell whether the collection exists."""
@@ -281,6 +301,23 @@ class MilvusChunkStore:
         if self.exists():
             self.client.drop_collection(self.schema.collection_name)
         self._loaded = False
+
+    def list_collections(self) -> list[str]:
+        """
+        :returns: The names of every collection of the database.
+        """
+        return list(self.client.list_collections())
+
+    def drop_named(self, name: str) -> None:
+        """
+        Drop another collection of the database, if it exists.
+
+        :param name: Its name.
+        """
+        if self.client.has_collection(name):
+            self.client.drop_collection(name)
+        if name == self.schema.collection_name:
+            self._loaded = False
 
     def load(self) -> None:
         """Load the collection for search (a new process must do this once)."""

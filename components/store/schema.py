@@ -97,7 +97,7 @@ def is_lite_uri(uri: str) -> bool:
     :param uri: A Milvus URI.
     :returns: True for a local `.db` path.
     """
-    return not re.match(r"^[a-z]+://", uri)
+    return not re.match(r"^[a-z][a-z0-9+.-]*:", uri)  # not http://, https://, tcp:// nor unix:
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ VERSION_TABLE = "lookup_knowledge_alembic_version"
 #: the schema as `create_all` made it before migrations existed
 BASELINE = "0001"
 #: the newest revision of `migrations/versions` (a test checks it against Alembic's view of the scripts)
-HEAD = "0002"
+HEAD = "0003"
 _PG_LOCK_KEY = 7_308_327_318_209_041_921  # any constant bigint, the same in every process
 _LOCK_TIMEOUT_S = 60
 
@@ -81,7 +81,7 @@ def upgrade(engine: Engine, revision: str = "head") -> str | None:
     :param revision: Target revision (`head`: the newest).
     :returns: The revision the database is at afterwards.
     """
-    if revision in {"head", HEAD} and _at_head(engine):
+    if revision in {"head", HEAD} and at_head(engine):
         return HEAD  # what Alembic's upgrade would find, and leave as it is
     from alembic import command
 
@@ -95,11 +95,14 @@ def upgrade(engine: Engine, revision: str = "head") -> str | None:
         return current_revision(connection)
 
 
-def _at_head(engine: Engine) -> bool:
+def at_head(engine: Engine) -> bool:
     """
     Whether the database is at HEAD already: read without Alembic and without the lock (a migration only moves on).
 
     An unreachable or locked database raises here as it would from the first statement of Alembic's path.
+
+    :param engine: The trace database.
+    :returns: True when no migration is needed.
     """
     with engine.connect() as connection:
         if not inspect(connection).has_table(VERSION_TABLE):  # a new or a pre-migrations database: Alembic decides

@@ -71,6 +71,7 @@ class TestMarkdownKnowledgeLoader:
             (b"---\ntitle: x\n---\n   \n", "body is empty"),
             (b"\xff\xfe broken", "not valid UTF-8"),
             (b"---\nkeywords: {a: 1}\n---\nbody", "'keywords' must be a list"),
+            (b'---\n1: one\n"1": uno\n---\nbody', "has the key '1' twice"),
         ],
     )
     def test_malformed_files_are_reported_and_the_rest_continues(self, tmp_path: Path, data: bytes, reason: str):
@@ -83,6 +84,10 @@ class TestMarkdownKnowledgeLoader:
         failures = {f["source"]: f["reason"] for f in result["failures"]}
         assert reason in failures["bad.md"]
         assert "No such file" in failures["missing.md"]
+
+    def test_keys_that_are_not_strings_become_strings_at_every_depth(self):
+        doc = parse_knowledge_file(b"---\n1: one\n2024-01-01: launch\nnested: [{2: two}]\n---\nbody", "k.md")
+        assert (doc.meta["1"], doc.meta["2024-01-01"], doc.meta["nested"]) == ("one", "launch", [{"2": "two"}])
 
     def test_caps_are_applied_per_file(self, tmp_path: Path):
         (tmp_path / "big.md").write_text("# Big\n\n" + "x" * 2000, encoding="utf-8")

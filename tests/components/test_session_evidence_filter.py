@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -253,3 +254,40 @@ class TestSessionEvidenceFilter:
         assert _keys(out["documents"]) == ["x.md#0"]
         assert docs == before
         assert out["documents"] is not docs
+
+    @pytest.mark.integration
+    def test_a_spooled_row_of_the_wrong_shape_never_fails_a_lookup_while_the_database_is_down(
+        self, tmp_path, make_filter, caplog
+    ):
+        spool = tmp_path / "trace_spool.jsonl"
+        garbage = _row("s1", ["garbage.md#0"]).model_dump(mode="json")
+        garbage["retrieval_details"] = "garbage"
+        down = TraceStore(_blocked_url(tmp_path), spool_path=str(spool))
+        down.write(_row("s1", ["spooled.md#0"]))
+        down.close()
+        with spool.open("a") as handle:
+            handle.write(json.dumps(garbage) + "\n")
+        docs = [_doc("spooled.md#0"), _doc("garbage.md#0"), _doc("fresh.md#0")]
+        session_filter = make_filter(database_url=_blocked_url(tmp_path), spool_path=str(spool))
+        for _ in range(2):  # every lookup of the session, not only the first
+            out = session_filter.run(documents=docs, session_id="s1")
+            assert _keys(out["documents"]) == ["garbage.md#0", "fresh.md#0"]
+            assert out["session_summary"]["suppressed"] == ["spooled.md#0"]
+        assert "wrong shape skipped" in caplog.text
+
+    @pytest.mark.integration
+    def test_sessions_that_share_their_first_200_characters_do_not_share_memory(self, db_url, make_filter):
+        first, second = "x" * 200 + "-first", "x" * 200 + "-second"
+        store = TraceStore(db_url)
+        store.write(_row(first, ["first.md#0"]))
+        store.close()
+        session_filter = make_filter(database_url=db_url)
+        docs = [_doc("first.md#0")]
+        assert _keys(session_filter.run(documents=docs, session_id=first)["documents"]) == []
+        assert _keys(session_filter.run(documents=docs, session_id=second)["documents"]) == ["first.md#0"]
+
+    @pytest.mark.integration
+    def test_the_session_is_its_normalized_id(self, seeded, make_filter):
+        out = make_filter(database_url=seeded).run(documents=[_doc("a.md#0"), _doc("x.md#0")], session_id=" s1\t")
+        assert _keys(out["documents"]) == ["x.md#0"]
+        assert out["session_summary"]["session_id"] == "s1"

@@ -326,7 +326,7 @@ class TestTraceRecorder:
         recorder = TraceRecorder(database_url=db_url)
         out = recorder.run(result={}, details={})
         recorder.close()
-        assert set(out["result"]) == {"traceId"}
+        assert set(out["result"]) == {"traceId", "traceError"} and out["result"]["traceError"] is None
         row = read_store.get(out["result"]["traceId"])
         assert row.query == ""
         assert row.found is False
@@ -366,3 +366,50 @@ class TestTraceRecorder:
         result = recorder.record_failure({"q": 1}, None, RuntimeError("boom"))
         assert result["error"] == "internal error: RuntimeError: boom"
         assert read_store.list()[0].query == "{'q': 1}"
+
+    @pytest.mark.integration
+    def test_a_row_neither_the_database_nor_the_spool_takes_is_reported_and_written_later(self, tmp_path):
+        url, db_blocker = _blocked_url(tmp_path)
+        spool_blocker = tmp_path / "spool-folder"
+        spool_blocker.write_text("a file where the spool's folder should be")
+        recorder = TraceRecorder(database_url=url, spool_path=str(spool_blocker / "s.jsonl"), retry_after_s=0)
+        down = recorder.run(*_assembled(query="while nothing takes it"))["result"]
+        assert down["traceId"] is None and down["evidenceStatus"] == "no_evidence"
+        assert "kept in memory" in down["traceError"] and "\n" not in down["traceError"]
+        db_blocker.unlink()
+        spool_blocker.unlink()
+        up = recorder.run(*_assembled(query="back"))["result"]
+        recorder.close()
+        assert isinstance(up["traceId"], int) and up["traceError"] is None
+        store = TraceStore(url)
+        assert [r.query for r in store.list()] == ["back", "while nothing takes it"]
+        store.close()
+
+    @pytest.mark.integration
+    def test_a_long_session_id_is_stored_readable_and_matched_whole(self, trace_url):
+        from components.session_evidence_filter import SessionEvidenceFilter
+
+        session = "chat-" + "x" * 5000
+        docs = [_doc(1, "Evidence.")]
+        recorder = TraceRecorder(database_url=trace_url, spool_path=None)
+        out = recorder.run(*_assembled(docs, session_id=session))["result"]
+        recorder.close()
+        assert isinstance(out["traceId"], int)  # an index entry of 5,000 characters is refused by PostgreSQL
+        store = TraceStore(trace_url)
+        row = store.get(out["traceId"])
+        assert row.session_id == session[:200] and [r.id for r in store.list(session_id=session)] == [row.id]
+        store.close()
+        session_filter = SessionEvidenceFilter(database_url=trace_url, spool_path=None)
+        same = session_filter.run(documents=docs, session_id=session)
+        other = session_filter.run(documents=docs, session_id=session[:-1] + "y")
+        session_filter.close()
+        assert same["documents"] == [] and other["documents"] == docs
+
+    @pytest.mark.integration
+    def test_a_failed_lookup_is_recorded_under_the_normalized_session(self, db_url, read_store):
+        recorder = TraceRecorder(database_url=db_url, spool_path=None)
+        result = recorder.record_failure("disk full", "  s1 \n", RuntimeError("boom"))
+        recorder.close()
+        assert result["sessionId"] == "s1" and result["traceError"] is None
+        assert [r.id for r in read_store.list(session_id="s1")] == [result["traceId"]]
+        assert read_store.get(result["traceId"]).session_id == "s1"

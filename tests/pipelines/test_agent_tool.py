@@ -41,6 +41,7 @@ COMPACT_KEYS = {
     "completenessHint",
     "retrievalTrace",
     "traceId",
+    "traceError",
     "error",
 }
 BLOCK_KEYS = {"evidenceKey", "source", "title", "breadcrumb", "content", "similarity", "score", "hitReasons"}

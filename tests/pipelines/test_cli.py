@@ -5,7 +5,8 @@ import json
 import pytest
 
 from components.core.lookup_result import LookupResult
-from pipelines.cli import main
+from pipelines.cli import _print_index_summary, main
+from pipelines.settings import Deployment
 
 pytestmark = pytest.mark.integration
 
@@ -171,3 +172,15 @@ def test_ask_as_its_own_process_answers_records_and_releases_the_data(tmp_path, 
     store = TraceStore(f"sqlite:///{data / 'traces.db'}")
     assert sorted(row.status for row in store.list()) == ["evidence", "evidence", "invalid_query"]
     store.close()
+
+
+def test_the_index_summary_masks_a_password_in_a_milvus_server_uri(tmp_path, capsys):
+    deployment = Deployment.resolve(tmp_path / "data", milvus_uri="http://root:Milvus-S3cret@127.0.0.1:19530")
+    summary = {
+        **dict.fromkeys(("indexed", "files", "chunks", "skipped", "failed", "deleted", "stale_chunks_removed"), 0),
+        **{"seconds": 0.0, "characters": 0, "chars_per_second": 0.0, "failures": [], "bm25": "milvus"},
+        **{"crosslingual": True, "statistics": ""},
+    }
+    _print_index_summary(summary, deployment)
+    out = capsys.readouterr().out
+    assert "Milvus at http://root:***@127.0.0.1:19530," in out and "Milvus-S3cret" not in out

@@ -188,6 +188,44 @@ class TestKnowledgeIndexer:
         again = indexer.index(tiny_kb, rebuild=True, progress=False)
         assert again.indexed == 3 and again.chunks == first.chunks == indexer.collection.store.count()
 
+    def test_a_rebuild_fills_a_new_collection_and_drops_the_old_once_switched(self, indexer, tiny_kb):
+        indexer.retire_after_s = 0
+        indexer.index(tiny_kb, progress=False)
+        family = indexer.collection.family()
+        before = KnowledgeIndex.load(indexer.deployment.index_path)
+        indexer.index(tiny_kb, rebuild=True, progress=False)
+        after = KnowledgeIndex.load(indexer.deployment.index_path)
+        assert before.collection_name == family and after.collection_name.startswith(f"{family}__r")
+        assert after.configured_collection == family
+        names = set(indexer.collection.store.list_collections())
+        assert after.collection_name in names and before.collection_name not in names
+        # a reader that names the configured collection reads the new one, and a plain run finds nothing to do
+        reader = KnowledgeCollection(uri=indexer.collection.uri, index_path=str(indexer.deployment.index_path))
+        try:
+            reader.warm_up()
+            assert reader.schema.collection_name == after.collection_name and reader.count() == after.documents[
+                0
+            ].chunks + sum(d.chunks for d in after.documents[1:])
+        finally:
+            reader.close()
+        assert indexer.index(tiny_kb, progress=False).skipped == 3
+
+    def test_a_batch_that_fails_is_run_again_file_by_file(self, indexer, tiny_kb, monkeypatch):
+        chunker = indexer.pipeline.get_component("chunker")
+        run = chunker.run
+
+        def fails_on_refunds(documents):
+            if any(doc.meta["source"] == "payments/refund.md" for doc in documents):
+                raise RuntimeError("chunker broke on this file")
+            return run(documents=documents)
+
+        monkeypatch.setattr(chunker, "run", fails_on_refunds)
+        summary = indexer.index(tiny_kb, progress=False)
+        assert summary.indexed == 2
+        assert [(f["source"], "chunker broke on this file" in f["reason"]) for f in summary.failures] == [
+            ("payments/refund.md", True)
+        ]
+
     def test_missing_folder_is_a_clear_error(self, indexer, tmp_path):
         with pytest.raises(FileNotFoundError, match="does not exist"):
             indexer.index(tmp_path / "nope", progress=False)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,11 @@ from components.sidecar_retriever import SidecarRetriever
 from components.trace_recorder import TraceRecorder
 from pipelines import load_pipeline, lookup
 from pipelines.loading import (
+    MAX_PIPELINE_NODES,
     apply_overrides,
+    check_pipeline_yaml,
     component_params_from,
+    expanded_size,
     find_node,
     load_pipeline_file,
     node_of_type,
@@ -26,6 +30,47 @@ from tests.conftest import index_tiny_kb
 
 def shipped() -> dict:
     return yaml.safe_load(DEFAULT_LOOKUP_PIPELINE.read_text(encoding="utf-8"))
+
+
+def alias_bomb(levels: int) -> str:
+    """A pipeline file whose one parameter is `levels` nested levels of ten aliases each: 10^levels nodes."""
+    lines = ['lol0: &lol0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"lol{i}: &lol{i} [{', '.join([f'*lol{i - 1}'] * 10)}]" for i in range(1, levels)]
+    component = "    type: components.query_transformer.QueryTransformer\n"
+    params = f"    init_parameters: {{max_query_chars: *lol{levels - 1}}}\n"
+    return "\n".join(lines) + "\ncomponents:\n  transformer:\n" + component + params + "connections: []\n"
+
+
+class TestPipelineFileBounds:
+    def test_an_alias_bomb_is_refused_at_once(self, tmp_path):
+        deployment = Deployment.resolve(tmp_path / "data")
+        for levels in (5, 10):  # 10^5 nodes took Haystack 2 s to build, 10^10 would take hours
+            bomb = tmp_path / f"bomb{levels}.yaml"
+            bomb.write_text(alias_bomb(levels), encoding="utf-8")
+            started = time.monotonic()
+            with pytest.raises(ValueError, match=f"expands to more than {MAX_PIPELINE_NODES} YAML nodes"):
+                load_pipeline_file(bomb, deployment)
+            assert time.monotonic() - started < 1
+
+    def test_aliases_are_counted_as_what_they_expand_to(self):
+        # the mapping, its three keys, and three times the sequence [x, y] (itself and two scalars)
+        assert expanded_size("a: &a [x, y]\nb: *a\nc: *a\n") == 1 + 3 + 3 * 3
+        assert expanded_size(alias_bomb(3)) > 1000
+        shipped_size = expanded_size(DEFAULT_LOOKUP_PIPELINE.read_text(encoding="utf-8"))  # its one alias included
+        assert shipped_size < MAX_PIPELINE_NODES / 10
+
+    @pytest.mark.parametrize(
+        ("text", "reason"),
+        [
+            ("components: " + "[" * 100 + "]" * 100, "nests deeper than 64 levels"),
+            ("components: {a: [\n", "is not valid YAML"),
+            ("components: " + "x" * (1024 * 1024), "over the 1048576-byte cap"),
+        ],
+    )
+    def test_a_file_too_deep_too_large_or_not_yaml_is_refused_in_one_line(self, text, reason):
+        with pytest.raises(ValueError, match=reason) as refused:
+            check_pipeline_yaml(text, "p.yaml")
+        assert "\n" not in str(refused.value) and str(refused.value).startswith("p.yaml ")
 
 
 class TestApplyOverrides:

@@ -168,6 +168,8 @@ class TestRestApi:
             (b'{"query": "x", "top_k": 5}', {}, 400, "top_k: Extra inputs are not permitted"),
             (b'{"query": "x"}', {"content-type": "text/plain"}, 415, "Content-Type: application/json"),
             (json.dumps({"query": "a" * MAX_BODY_BYTES}).encode(), {}, 413, f"larger than {MAX_BODY_BYTES}"),
+            (b"[" * 30_000 + b"]" * 30_000, {}, 400, "nested deeper than 32 levels"),  # a RecursionError unbounded
+            (b'{"query": "x", "session_id": ' + b"[" * 33 + b"]" * 33 + b"}", {}, 400, "nested deeper than 32"),
         ],
     )
     def test_bad_requests_are_refused_in_one_json_line_before_any_lookup(
@@ -187,6 +189,29 @@ class TestRestApi:
 
         response = client.post("/lookup", content=chunks(), headers={"content-type": "application/json"})
         assert response.status_code == 413 and service.calls == []
+
+    def test_brackets_inside_strings_are_no_nesting(self, service, client):
+        response = client.post("/lookup", json={"query": "[" * 40 + "{" * 40, "session_id": "]" * 40})
+        assert response.status_code == 200 and service.calls == [("[" * 40 + "{" * 40, "]" * 40)]
+
+    def test_a_lone_surrogate_is_looked_up_and_answered_as_its_escape(self, service, client):
+        body = b'{"query": "disk \\udcff full", "session_id": "s-\\ud800"}'  # JSON escapes, as a client sends them
+        response = client.post("/lookup", content=body, headers={"content-type": "application/json"})
+        assert response.status_code == 200, response.text
+        assert service.calls == [("disk \\udcff full", "s-\\ud800")]  # the six characters, as the trace stores them
+        assert response.json()["sessionId"] == "s-\\ud800"
+
+    def test_a_health_check_that_fails_is_a_503_never_a_500(self, service, client, monkeypatch):
+        def broken() -> dict[str, Any]:
+            raise ValueError("knowledge index unreadable\nsecond line")
+
+        monkeypatch.setattr(service, "health", broken)
+        response = client.get("/health")
+        assert response.status_code == 503 and response.text.count("\n") == 0
+        assert response.json() == {
+            "status": "error",
+            "error": "health check failed: ValueError: knowledge index unreadable second line",
+        }
 
     def test_health_is_200_when_the_store_answers_else_503(self, service, client):
         assert client.get("/health").status_code == 200
@@ -434,6 +459,30 @@ class TestRestSecurity:
                 assert TOKEN not in refused.text
             assert len(service.calls) == 1  # only the one /lookup that sent the token
             assert client.post("/retrieval", json=body, headers=BEARER).status_code == 200
+
+    @pytest.mark.parametrize(
+        ("token", "reason"),
+        [("   ", "is blank"), ("\tpadded", "whitespace at its start or end"), ("tökén", "not printable ASCII")],
+    )
+    def test_a_token_no_request_could_send_is_refused(self, service, token, reason):
+        with pytest.raises(ValueError, match=reason) as refused:
+            client_for(service, token=token)
+        assert token.strip() not in str(refused.value) or not token.strip()
+
+    def test_every_route_compares_the_raw_header_bytes_alike(self, service):
+        with client_for(service, token=TOKEN) as client:
+            for header, accepted in (
+                (f"bearer {TOKEN}".encode(), True),
+                (f"BEARER   {TOKEN}".encode(), True),
+                (f"Bearer {TOKEN}".encode("utf-16"), False),
+                ("Bearer tökén".encode(), False),
+                ("Bearer tökén".encode("latin-1"), False),
+            ):
+                headers = {"authorization": header}
+                lookup = client.post("/lookup", json={"query": "x"}, headers=headers).status_code
+                retrieval = client.post("/retrieval", json=retrieval_body(), headers=headers).status_code
+                health = client.get("/health", headers=headers).status_code
+                assert (lookup, retrieval, health) == ((200, 200, 200) if accepted else (401, 403, 401)), header
 
     def test_without_a_token_loopback_callers_are_served(self, service, client):
         assert client.post("/retrieval", json=retrieval_body()).status_code == 200

@@ -250,3 +250,15 @@ class TestSpans:
 def test_rows_are_json_serializable(make_pipeline, rows):
     lookup(make_pipeline(), ANSWERABLE)
     assert json.dumps([r.model_dump(mode="json") for r in rows()])
+
+
+def test_sessions_that_share_their_first_200_characters_do_not_share_memory(make_pipeline):
+    pipeline = make_pipeline()
+    first, second = "c" * 200 + "-first", "c" * 200 + "-second"
+    one = lookup(pipeline, ANSWERABLE, session_id=first)
+    other = lookup(pipeline, ANSWERABLE, session_id=second)
+    again = lookup(pipeline, ANSWERABLE, session_id=f" {first} ")
+    assert one["evidenceStatus"] == other["evidenceStatus"] == "evidence"
+    assert [b["evidenceKey"] for b in other["evidenceBlocks"]] == [b["evidenceKey"] for b in one["evidenceBlocks"]]
+    assert not {b["evidenceKey"] for b in again["evidenceBlocks"]} & {b["evidenceKey"] for b in one["evidenceBlocks"]}
+    assert one["sessionId"] == first

@@ -261,3 +261,32 @@ class TestSidecarFaults:
 
 def _raise_runtime_error(query):
     raise RuntimeError("sidecar store lost")
+
+
+class TestDamagedKnowledgeIndex:
+    def test_ask_records_the_failure_and_exits_1_and_index_rebuilds(self, tmp_path):
+        kb = write_tiny_kb(tmp_path / "knowledge")
+        data = tmp_path / "data"
+        first = _index_cli(kb, data)
+        _, err = first.communicate(timeout=600)
+        assert first.returncode == 0, err.decode(errors="replace")
+        index_path = data / "knowledge_index.json"
+        index_path.write_text('{"documents": [garbage', encoding="utf-8")
+
+        command = [sys.executable, "-m", "pipelines.cli", "ask", QUESTION, "--data-dir", str(data), "--json"]
+        env = {key: value for key, value in os.environ.items() if key != "MILVUS_URI"}
+        asked = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert asked.returncode == 1, asked.stderr  # an internal failure, not bad input (2)
+        result = json.loads(asked.stdout)
+        assert result["evidenceStatus"] == "error" and "knowledge index" in result["error"]
+        assert "damaged" in asked.stderr.splitlines()[-1] and "Traceback" not in asked.stderr
+        rows = TraceStore(Deployment.resolve(data).trace_db_url).list(limit=10)
+        assert [(row.status, row.id) for row in rows] == [("error", result["traceId"])]
+
+        repair = _index_cli(kb, data)
+        _, err = repair.communicate(timeout=600)
+        assert repair.returncode == 0, err.decode(errors="replace")
+        kept = list(data.glob("knowledge_index.json.damaged-*"))
+        assert b"damaged" in err and [p.read_text() for p in kept] == ['{"documents": [garbage']
+        assert len(KnowledgeIndex.load(index_path).documents) == 3
+        assert _ask_cli(QUESTION, data)["evidenceStatus"] == "evidence"

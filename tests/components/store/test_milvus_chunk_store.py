@@ -92,7 +92,8 @@ class TestMilvusChunkStore:
         """A collection made by another tool, its vector index named neither after the field nor by us."""
         uri = request.getfixturevalue("milvus_server").uri if tier == "server" else str(tmp_path / "milvus.db")
         name = f"other_{uuid.uuid4().hex[:8]}"
-        client = MilvusClient(uri=uri)
+        lease_holder = MilvusChunkStore(uri, CollectionSchema())  # a Milvus Lite folder is served by its host
+        client = MilvusClient(uri=lease_holder.endpoint())
         schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
         schema.add_field("content", DataType.VARCHAR, max_length=1024)
@@ -111,6 +112,7 @@ class TestMilvusChunkStore:
             store.close()
             client.drop_collection(name)
             client.close()
+            lease_holder.close()
 
     def test_the_crosslingual_vectors_get_no_graph_index_and_rows_come_with_the_vectors_asked_for(self, tmp_path):
         """

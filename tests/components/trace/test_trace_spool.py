@@ -58,3 +58,77 @@ class TestTraceSpool:
         spool.reject([{"invocation_id": "x"}])
         spool.reject([])
         assert json.loads(spool.rejected_path.read_text()) == {"invocation_id": "x"}
+
+    def test_a_rejected_file_linked_out_of_the_folder_is_replaced_and_its_target_left_alone(self, tmp_path):
+        folder = tmp_path / "data"
+        folder.mkdir()
+        outside = tmp_path / "outside.txt"
+        outside.write_text("not the spool's\n")
+        spool = TraceSpool(folder / "trace_spool.jsonl")
+        spool.rejected_path.symlink_to(outside)
+        spool.path.write_text('{"invocation_id": "a"}\n{"cut off\n')
+        (batch,) = spool.claim()
+        spool.reject([{"invocation_id": "refused"}])
+        assert outside.read_text() == "not the spool's\n"
+        assert not spool.rejected_path.is_symlink()
+        assert spool.rejected_path.read_text().splitlines() == ['{"cut off', '{"invocation_id": "refused"}']
+        assert [r["invocation_id"] for r in batch.rows] == ["a"]
+
+    def test_a_hard_linked_rejected_file_is_replaced_too(self, tmp_path):
+        folder = tmp_path / "data"
+        folder.mkdir()
+        outside = tmp_path / "outside.txt"
+        outside.write_text("kept\n")
+        spool = TraceSpool(folder / "trace_spool.jsonl")
+        os.link(outside, spool.rejected_path)
+        spool.reject([{"invocation_id": "refused"}])
+        assert outside.read_text() == "kept\n"
+        assert json.loads(spool.rejected_path.read_text()) == {"invocation_id": "refused"}
+
+    def test_a_spool_that_is_a_link_is_replaced_not_followed(self, tmp_path):
+        folder = tmp_path / "data"
+        folder.mkdir()
+        outside = tmp_path / "outside.jsonl"
+        outside.write_text("")
+        spool = TraceSpool(folder / "trace_spool.jsonl")
+        spool.path.symlink_to(outside)
+        spool.append({"invocation_id": "a"})
+        assert outside.read_text() == ""
+        assert not spool.path.is_symlink()
+        assert [r["invocation_id"] for r in spool.rows()] == ["a"]
+
+    def test_append_rows_keeps_their_order(self, tmp_path):
+        spool = TraceSpool(tmp_path / "spool.jsonl")
+        spool.append_rows([{"invocation_id": "a"}, {"invocation_id": "b"}])
+        spool.append_rows([])
+        spool.append({"invocation_id": "c", "query": "\udcff"})  # a lone surrogate reads back as itself
+        assert [r["invocation_id"] for r in spool.rows()] == ["a", "b", "c"]
+        assert list(spool.rows())[2]["query"] == "\udcff"
+
+    def test_a_claim_starts_fresh_even_for_a_spool_last_written_long_ago(self, tmp_path):
+        """Renaming keeps a file's time: a claimed old spool looked stale at once, and another replay took it."""
+        spool = TraceSpool(tmp_path / "spool.jsonl")
+        spool.append({"invocation_id": "a"})
+        os.utime(spool.path, (0, 0))
+        mine = spool.claim()
+        batch = next(mine)
+        other = TraceSpool(tmp_path / "spool.jsonl")
+        assert list(other.claim()) == []  # another replay leaves it alone
+        assert other.in_progress() == 1
+        assert [r["invocation_id"] for r in batch.rows] == ["a"]
+        spool.done(batch)
+        assert other.in_progress() == 0
+
+    def test_a_claim_taken_over_before_it_was_read_is_skipped(self, tmp_path):
+        spool = TraceSpool(tmp_path / "spool.jsonl")
+        for key in ("a", "b"):
+            claimed = tmp_path / f"spool.jsonl.1-{key}.claimed"
+            claimed.write_text(json.dumps({"invocation_id": key}) + "\n")
+            os.utime(claimed, (0, 0))
+        batches = spool.claim()
+        first = next(batches)
+        for path in tmp_path.glob("*.claimed"):  # another replay takes the second claim meanwhile
+            if path != first.path:
+                path.rename(tmp_path / "spool.jsonl.2-thief.claimed")
+        assert list(batches) == []
+        assert [r["invocation_id"] for r in first.rows] in (["a"], ["b"])

@@ -6,6 +6,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from sqlalchemy import JSON, Boolean, Column, DateTime, Float, Integer, MetaData
 from sqlmodel import SQLModel
 
 from components.trace import migrate
-from components.trace.trace_store import ToolInvocation, TraceStore, redact_url
+from components.trace.trace_store import ToolInvocation, TraceStore, redact_url, storable
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -218,6 +219,10 @@ class TestTraceStore:
         assert "secret" not in redacted
         assert redacted.startswith("postgresql://u:")
         assert redacted.endswith("@h/db")
+
+    def test_redact_url_hides_passwords_in_query_parameters(self):
+        redacted = redact_url("postgresql+psycopg://u@h/db?password=Pw1&sslpassword=Pw2&PWD=Pw3&sslmode=require")
+        assert not any(s in redacted for s in ("Pw1", "Pw2", "Pw3")) and "sslmode=require" in redacted
 
     def test_redact_url_keeps_urls_without_password(self):
         assert redact_url("sqlite:///data/traces.db") == "sqlite:///data/traces.db"
@@ -422,7 +427,7 @@ class TestMigrations:
         assert store.list()[0].invocation_id is None
         assert isinstance(store.write(_row("new row")), int)
         with store.engine.connect() as conn:
-            assert migrate.current_revision(conn) == "0002"
+            assert migrate.current_revision(conn) == migrate.HEAD
             context = MigrationContext.configure(conn, opts={"compare_type": True})
             diff = compare_metadata(context, SQLModel.metadata)
         assert [d for d in diff if "tool_invocation" in str(d)] == []  # the model and the migrations agree
@@ -491,3 +496,180 @@ class TestWriteAhead:
         store = TraceStore(url)
         assert [(r.id, r.query) for r in store.list()] == [(row_id, "killed right after")]
         store.close()
+
+
+def _spooled_garbage(session_id: str = "s1") -> str:
+    """A spooled row of the wrong shape: `retrieval_details` is not an object."""
+    data = json.loads(_row("garbage", session_id=session_id).model_dump_json())
+    data["retrieval_details"] = "garbage"
+    return json.dumps(data)
+
+
+class TestExactSessionMemory:
+    @pytest.mark.integration
+    def test_a_spooled_row_of_the_wrong_shape_is_skipped_while_the_database_is_down(self, tmp_path, caplog):
+        url, _ = _blocked_url(tmp_path)
+        spool = tmp_path / "spool.jsonl"
+        good = _row("good", keys=["good.md#0"]).model_dump_json()
+        odd = json.loads(_row("odd", keys=[]).model_dump_json())
+        odd["retrieval_details"] = {"evidence_blocks": 7}  # the right type outside, the wrong one inside
+        spool.write_text(_spooled_garbage() + "\n" + good + "\n" + json.dumps(odd) + "\n")
+        store = TraceStore(url, spool_path=str(spool))
+        keys, error = store.session_memory("s1")
+        assert keys == {"good.md#0"}
+        assert error and "unavailable" in error
+        assert "1 rows of the wrong shape skipped" in caplog.text
+        store.close()
+
+    @pytest.mark.integration
+    def test_the_replay_moves_a_row_of_the_wrong_shape_aside_and_stores_the_rest(self, store, tmp_path, caplog):
+        spool = tmp_path / "spool.jsonl"
+        spool.write_text(_spooled_garbage() + "\n" + _spool_line("kept", invocation_id="k-1") + "\n")
+        report = store.replay()
+        assert (report.stored, report.rejected, report.error) == (1, 1, None)
+        assert [r.query for r in store.list()] == ["kept"]
+        assert json.loads(spool.with_name("spool.jsonl.rejected").read_text())["retrieval_details"] == "garbage"
+        assert "1 rows of the wrong shape moved aside" in caplog.text
+
+    @pytest.mark.integration
+    def test_sessions_that_differ_after_the_stored_characters_never_share_memory(self, store):
+        first, second = "x" * 3000 + "-first", "x" * 3000 + "-second"
+        assert isinstance(store.write(_row("long 1", session_id=first, keys=["first.md#0"])), int)
+        assert isinstance(store.write(_row("long 2", session_id=second, keys=["second.md#0"])), int)
+        assert _keys(store, first) == {"first.md#0"}
+        assert _keys(store, second) == {"second.md#0"}
+        assert _keys(store, "x" * 200) == set()
+        assert [r.query for r in store.list(session_id=first)] == ["long 1"]
+        stored = store.list(session_id=second)[0]
+        assert stored.session_id == "x" * 200 and stored.session_key != store.list(session_id=first)[0].session_key
+
+    @pytest.mark.integration
+    def test_a_session_is_its_normalized_id(self, store):
+        store.write(_row("padded", session_id="  s1\t", keys=["a.md#0"]))
+        assert _keys(store, "s1") == {"a.md#0"}
+        assert [r.session_id for r in store.list(session_id=" s1 ")] == ["s1"]
+
+    @pytest.mark.integration
+    def test_spooled_rows_of_long_sessions_are_matched_by_the_whole_id(self, tmp_path):
+        url, _ = _blocked_url(tmp_path)
+        spool = tmp_path / "spool.jsonl"
+        down = TraceStore(url, spool_path=str(spool))
+        down.write(_row(session_id="y" * 250 + "1", keys=["one.md#0"]))
+        assert _keys_partial(down, "y" * 250 + "1") == {"one.md#0"}
+        assert _keys_partial(down, "y" * 250 + "2") == set()
+        down.close()
+
+    @pytest.mark.integration
+    def test_rows_from_before_the_session_key_are_found_by_their_session(self, trace_url):
+        engine = create_engine(trace_url)
+        migrate.upgrade(engine, "0002")
+        table = Table("tool_invocation", MetaData(), autoload_with=engine)
+        assert "session_key" not in table.c
+        with engine.begin() as conn:
+            for session_id, key in (("s1", "old-1.md#0"), ("s1", "old-2.md#0"), ("s2", "other.md#0"), (None, "n.md#0")):
+                conn.execute(
+                    table.insert(),
+                    {
+                        "invocation_id": uuid.uuid4().hex,
+                        "created_at": datetime.now(UTC),
+                        "tool_name": "lookup_knowledge",
+                        "session_id": session_id,
+                        "query": "old",
+                        "found": True,
+                        "status": "evidence",
+                        "retrieval_layer": "L1",
+                        "candidate_count": 1,
+                        "evidence_block_count": 1,
+                        "latency_ms": 1.0,
+                        "retrieval_details": {"evidence_blocks": [{"evidence_key": key}]},
+                    },
+                )
+        engine.dispose()
+        store = TraceStore(trace_url)
+        assert _keys(store, "s1") == {"old-1.md#0", "old-2.md#0"}
+        assert _keys(store, "s2") == {"other.md#0"}
+        assert len(store.list(session_id="s1")) == 2
+        with store.engine.connect() as conn:
+            assert migrate.current_revision(conn) == migrate.HEAD
+        store.close()
+
+
+def _keys_partial(store: TraceStore, session_id: str) -> set[str]:
+    keys, error = store.session_memory(session_id)
+    assert error is not None  # the database is down: the spool's rows alone
+    return keys
+
+
+class TestMemoryQueue:
+    @pytest.mark.integration
+    def test_a_row_neither_database_nor_spool_takes_waits_in_memory_and_goes_first_when_one_can(self, tmp_path):
+        url, blocker = _blocked_url(tmp_path)
+        s = TraceStore(url, retry_after_s=0)  # no spool: the database is the only place
+        first = s.record(_row("first"))
+        second = s.record(_row("second"))
+        assert (first.row_id, second.row_id) == (None, None)
+        assert first.error and "kept in memory (1 waiting)" in first.error and "spool not configured" in first.error
+        assert "kept in memory (2 waiting)" in second.error
+        blocker.unlink()
+        third = s.record(_row("third"))
+        assert isinstance(third.row_id, int) and third.error is None
+        assert [r.query for r in s.list()] == ["third", "second", "first"]
+        assert sorted(r.id for r in s.list()) == [r.id for r in reversed(s.list())]  # stored in their order
+        s.close()
+
+    @pytest.mark.integration
+    def test_the_memory_queue_is_bounded_and_a_row_beyond_it_is_in_the_error_log(self, tmp_path, caplog):
+        url, blocker = _blocked_url(tmp_path)
+        s = TraceStore(url, retry_after_s=0, max_memory_rows=2)
+        assert [s.record(_row(f"q{i}")).error.startswith("trace row kept in memory") for i in range(2)] == [True] * 2
+        lost = s.record(_row("beyond"))
+        assert lost.row_id is None and "memory queue full (2 rows)" in lost.error
+        assert "Trace row lost" in caplog.text and '"query":"beyond"' in caplog.text
+        blocker.unlink()
+        s.close()  # writes what waits in memory now that it can
+        assert sorted(r.query for r in TraceStore(url).list()) == ["q0", "q1"]
+
+    @pytest.mark.integration
+    def test_rows_in_memory_go_to_the_spool_once_it_can_be_written(self, tmp_path):
+        url, _ = _blocked_url(tmp_path)
+        spool_dir = tmp_path / "spool-blocker"
+        spool_dir.write_text("a file where the spool's folder should be")
+        s = TraceStore(url, spool_path=str(spool_dir / "spool.jsonl"), retry_after_s=0)
+        assert "kept in memory" in s.record(_row("waited")).error
+        spool_dir.unlink()
+        assert s.record(_row("next")).error is None
+        assert [r["query"] for r in s.spool.rows()] == ["waited", "next"]
+        s.close()
+
+
+class TestBoundedWaits:
+    @pytest.mark.integration
+    def test_a_spooled_copy_of_a_row_a_late_write_stored_is_a_duplicate(self, store, tmp_path):
+        """A write given up on may still commit; its spooled copy is then skipped by its invocation id."""
+        row = storable(_row("late"))
+        assert isinstance(store.write(row), int)
+        (tmp_path / "spool.jsonl").write_text(row.model_dump_json() + "\n")
+        report = store.replay()
+        assert (report.stored, report.duplicates) == (0, 1)
+        assert store.count() == 1
+
+    @pytest.mark.integration
+    def test_a_large_spool_replayed_behind_new_writes_ends_with_every_row_stored_once(self, tmp_path):
+        db = tmp_path / "traces.db"
+        spool = tmp_path / "spool.jsonl"
+        spool.write_text("".join(_spool_line(f"spooled {i}") + "\n" for i in range(1500)))
+        s = TraceStore(f"sqlite:///{db}", spool_path=str(spool), retry_after_s=0)
+        ids = [s.write(_row(f"live {i}")) for i in range(5)]
+        assert all(isinstance(i, int) for i in ids)  # no live row waited for the whole spool
+        assert _wait(lambda: not spool.exists() and not list(tmp_path.glob("spool.jsonl.*.claimed")), 30)
+        assert s.count() == 1505
+        s.close()
+
+
+def _wait(check, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
