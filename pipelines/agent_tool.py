@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
 from haystack import Pipeline, logging
 from haystack.tools import PipelineTool
 
-from components.query_transformer import QueryTransformer
-from components.trace_recorder import TraceRecorder
-from pipelines import load_pipeline, lookup
-from pipelines.loading import node_of_type
+from pipelines.service import KnowledgeService
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
 
 __all__ = [
@@ -186,8 +182,8 @@ class LookupKnowledgeTool(PipelineTool):
     The pipeline runs first, so every call (rejected ones included) is recorded; then a rejected or failed lookup
     raises `LookupToolError`, which an `Agent` turns into an error tool result. A missing `query` runs as an empty
     one (rejected and recorded), a non-string `session_id` is used as its string form, unexpected arguments are
-    ignored (and logged). Calls through one tool are serialized: the `Agent` may run tool calls in parallel threads,
-    the pipeline's components are not built for that.
+    ignored (and logged). Calls go through the `KnowledgeService`: the `Agent` may run tool calls in parallel
+    threads, and they run in parallel, but for calls of one session, which run one after another.
 
     ### Usage example
 
@@ -195,14 +191,14 @@ class LookupKnowledgeTool(PipelineTool):
     from pipelines.agent_tool import LookupKnowledgeTool
     from pipelines import load_pipeline
 
-    tool = LookupKnowledgeTool(load_pipeline(data_dir="data"))
+    tool = LookupKnowledgeTool(KnowledgeService.load(data_dir="data"))
     print(tool.lookup("disk full on a node", session_id="chat-42")["contextPack"]["packedText"])
     ```
     """
 
     def __init__(
         self,
-        pipeline: Pipeline,
+        service: KnowledgeService | Pipeline,
         *,
         name: str = TOOL_NAME,
         description: str = TOOL_DESCRIPTION,
@@ -214,9 +210,10 @@ class LookupKnowledgeTool(PipelineTool):
         outputs_to_state: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         """
-        Wrap a loaded lookup pipeline.
+        Wrap the service of a loaded lookup pipeline.
 
-        :param pipeline: The lookup pipeline (from `pipelines.load_pipeline`).
+        :param service: The service (`KnowledgeService.load`), or a lookup pipeline (`pipelines.load_pipeline`) to
+            wrap in one.
         :param name: Tool name.
         :param description: Tool description (the evidence-first contract by default).
         :param input_mapping: Tool argument → pipeline input sockets (default: `query` to the `QueryTransformer`'s
@@ -228,24 +225,19 @@ class LookupKnowledgeTool(PipelineTool):
         :param inputs_from_state: See `PipelineTool`.
         :param outputs_to_state: See `PipelineTool`.
         """
-        query_node, _ = node_of_type(pipeline, QueryTransformer)
-        recorder, _ = node_of_type(pipeline, TraceRecorder)
-        default_inputs = {
-            "query": [f"{query_node}.query", f"{recorder}.raw_query"],
-            "session_id": [f"{query_node}.session_id"],
-        }
+        self.service = service if isinstance(service, KnowledgeService) else KnowledgeService(service)
+        default_inputs, default_outputs = self.service.tool_sockets()
         super().__init__(
-            pipeline,
+            self.service.pipeline,
             name=name,
             description=description,
             input_mapping=input_mapping or default_inputs,
-            output_mapping=output_mapping or {f"{recorder}.result": "result"},
+            output_mapping=output_mapping or default_outputs,
             parameters=parameters or TOOL_PARAMETERS,
             outputs_to_string=outputs_to_string or {"source": "result", "handler": compact_result_json},
             inputs_from_state=inputs_from_state,
             outputs_to_state=outputs_to_state,
         )
-        self._lock = threading.Lock()
         self.function = self._invoke
         self.async_function = self._invoke_async
 
@@ -290,17 +282,14 @@ class LookupKnowledgeTool(PipelineTool):
 
     def lookup_result(self, query: Any, session_id: str | None = None) -> dict[str, Any]:
         """
-        One call, serialized with every other call through this tool: the full `LookupResult`, never raising.
-
-        The REST routes (`pipelines.rest_api`) use this: they need the whole result, rejected and failed ones included.
+        One call through the service: the full `LookupResult`, never raising.
 
         :param query: The query (a non-string is rejected by the query transformer, and recorded).
         :param session_id: The caller's session.
         :returns: The camelCase `LookupResult` JSON (with `traceId`); the call is recorded.
         """
-        with self._lock:
-            # `lookup`, not PipelineTool's own call: a component that raises is recorded as an `error` row too
-            return lookup(self._pipeline, query, session_id=session_id)
+        # the service's `lookup`, not PipelineTool's own call: a component that raises is recorded as `error` too
+        return self.service.lookup(query, session_id=session_id)
 
     def lookup(self, query: str, session_id: str | None = None) -> dict[str, Any]:
         """
@@ -343,11 +332,13 @@ def lookup_knowledge_tool(
     :returns: The tool (named `lookup_knowledge`, arguments `query` and optional `session_id`).
     :raises ValueError: If `pipeline` is given together with loading options.
     """
-    if pipeline is None:
-        pipeline = load_pipeline(
+    if pipeline is not None:
+        if any(option is not None for option in (data_dir, milvus_uri, trace_db_url, component_params)):
+            msg = "pass either pipeline=... or the options to load one (data_dir, milvus_uri, ...), not both"
+            raise ValueError(msg)
+        return LookupKnowledgeTool(pipeline)
+    return LookupKnowledgeTool(
+        KnowledgeService.load(
             path, data_dir=data_dir, milvus_uri=milvus_uri, trace_db_url=trace_db_url, component_params=component_params
         )
-    elif any(option is not None for option in (data_dir, milvus_uri, trace_db_url, component_params)):
-        msg = "pass either pipeline=... or the options to load one (data_dir, milvus_uri, ...), not both"
-        raise ValueError(msg)
-    return LookupKnowledgeTool(pipeline)
+    )

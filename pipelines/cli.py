@@ -22,7 +22,7 @@ from pipelines.settings import (
     lite_file_in,
     start_store,
 )
-from pipelines.startup import pause_collection, resume_collection
+from pipelines.startup import one_blas_thread, pause_collection, resume_collection
 
 
 def _print_index_summary(summary: dict, deployment: Deployment) -> None:
@@ -70,8 +70,9 @@ def cmd_index(args: argparse.Namespace) -> int:
     deployment = Deployment.resolve(args.data_dir)
     start_store(deployment.milvus_uri)
     from pipelines.indexing import KnowledgeIndexer
+    from pipelines.settings import DEFAULT_INDEXING_PIPELINE
 
-    indexer = KnowledgeIndexer(deployment)
+    indexer = KnowledgeIndexer(deployment, pipeline_path=args.pipeline or DEFAULT_INDEXING_PIPELINE)
     try:
         summary = indexer.index(args.knowledge, rebuild=args.rebuild, progress=not args.quiet).as_dict()
     finally:
@@ -122,15 +123,15 @@ def _require_data_folder(deployment: Deployment) -> None:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    from pipelines import load_pipeline, lookup
+    from pipelines.service import KnowledgeService
     from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
 
     deployment = Deployment.resolve(args.data_dir)
     _require_data_folder(deployment)
     start_store(deployment.milvus_uri)
     # a store or knowledge index that cannot be opened fails the lookup, which is then recorded (exit 1)
-    pipeline = load_pipeline(args.pipeline or DEFAULT_LOOKUP_PIPELINE, data_dir=args.data_dir, warm_up=False)
-    result = lookup(pipeline, args.query, session_id=args.session)
+    service = KnowledgeService.load(args.pipeline or DEFAULT_LOOKUP_PIPELINE, data_dir=args.data_dir, warm_up=False)
+    result = service.lookup(args.query, session_id=args.session)
     if args.json:
         print(json.dumps(result, ensure_ascii=False, indent=1))
     else:
@@ -221,6 +222,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export_pipelines(args: argparse.Namespace) -> int:
+    from pipelines.settings import DEFAULT_INDEXING_PIPELINE, DEFAULT_LOOKUP_PIPELINE
+
+    folder = Path(args.folder)
+    targets = {folder / "pipelines.yaml": DEFAULT_LOOKUP_PIPELINE, folder / "indexing.yaml": DEFAULT_INDEXING_PIPELINE}
+    existing = [str(target) for target in targets if target.exists()]
+    if existing:
+        raise ValueError(f"{', '.join(existing)} already exist(s); remove it or export into another folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    for target, shipped in targets.items():
+        target.write_text(shipped.read_text(encoding="utf-8"), encoding="utf-8")
+    lookup_yaml, indexing_yaml = targets
+    print(
+        f"Wrote {lookup_yaml} and {indexing_yaml}. Edit them, then: lookup-knowledge index --pipeline {indexing_yaml} "
+        f"...; lookup-knowledge ask --pipeline {lookup_yaml} ... (also serve, eval)"
+    )
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from pipelines.evaluation import evaluate, format_table, plot_report
     from pipelines.loading import component_params_from
@@ -271,7 +291,10 @@ def build_parser() -> argparse.ArgumentParser:
     index = sub.add_parser("index", help="index a knowledge folder into Milvus")
     index.add_argument("--knowledge", default="knowledge", help="knowledge folder (default: knowledge/)")
     index.add_argument("--data-dir", default=None, help="data folder (default: ./data or LOOKUP_KNOWLEDGE_DATA_DIR)")
-    index.add_argument("--rebuild", action="store_true", help="drop the collection and index everything again")
+    index.add_argument(
+        "--rebuild", action="store_true", help="index everything again into a new collection, switched to at the end"
+    )
+    index.add_argument("--pipeline", default=None, help="indexing pipeline YAML (default: the shipped indexing.yaml)")
     index.add_argument("--json", action="store_true", help="print the summary as JSON")
     index.add_argument("--quiet", action="store_true", help="no progress bar")
     index.set_defaults(func=cmd_index)
@@ -281,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--session", default=None, help="session id: evidence already returned in it is not repeated")
     ask.add_argument("--json", action="store_true", help="print exactly the LookupResult JSON")
     ask.add_argument("--data-dir", default=None)
-    ask.add_argument("--pipeline", default=None, help="pipeline YAML (default: pipelines.yaml)")
+    ask.add_argument("--pipeline", default=None, help="lookup pipeline YAML (default: the shipped pipelines.yaml)")
     ask.set_defaults(func=cmd_ask)
 
     trace = sub.add_parser("trace", help="browse recorded tool_invocation rows")
@@ -309,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_p.add_argument("--host", default=DEFAULT_MCP_HOST, help=f"HTTP bind address (default: {DEFAULT_MCP_HOST})")
     serve_p.add_argument("--port", type=int, default=DEFAULT_MCP_PORT, help=f"HTTP port (default: {DEFAULT_MCP_PORT})")
     serve_p.add_argument("--data-dir", default=None, help="data folder (default: ./data or LOOKUP_KNOWLEDGE_DATA_DIR)")
-    serve_p.add_argument("--pipeline", default=None, help="pipeline YAML (default: pipelines.yaml)")
+    serve_p.add_argument("--pipeline", default=None, help="lookup pipeline YAML (default: the shipped pipelines.yaml)")
     serve_p.add_argument(
         "--allow-remote",
         action="store_true",
@@ -323,6 +346,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a Host header to serve besides loopback and --host (repeatable), e.g. kb.internal:8765",
     )
     serve_p.set_defaults(func=cmd_serve)
+
+    export = sub.add_parser(
+        "export-pipelines", help="write the shipped pipelines.yaml and indexing.yaml into a folder, to edit them"
+    )
+    export.add_argument("folder", nargs="?", default=".", help="where to write them (default: here)")
+    export.set_defaults(func=cmd_export_pipelines)
 
     evaluate = sub.add_parser("eval", help="score a labelled dataset: pipeline vs dense vs bm25, in one run")
     evaluate.add_argument("dataset", help="folder with knowledge/ and eval.jsonl")
@@ -386,6 +415,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         of the output went away (`trace list | head`).
     """
     args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        one_blas_thread()  # before numpy is imported: concurrent lookups need the cores (`pipelines.startup`)
     if argv is None and args.command in _STARTUP_BOUND:
         pause_collection()  # until the pipeline is ready: `load_pipeline` resumes it
     try:

@@ -71,12 +71,12 @@ from pipelines.agent_tool import (
 )
 from pipelines.rest_api import (
     RETRIEVAL_PATH,
-    KnowledgeService,
     authorization_header,
     bearer_token_matches,
     load_json,
     rest_routes,
 )
+from pipelines.service import KnowledgeService
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, DEFAULT_MCP_HOST, DEFAULT_MCP_PORT
 
 __all__ = [
@@ -394,7 +394,7 @@ def http_app(
     :param host: The bind address (served as a Host header too, unless it is a wildcard address).
     :param token: The bearer token, or None (loopback only, see `check_bind`).
     :param allowed_hosts: More Host header values to serve (`name` or `name:port`).
-    :param service: The REST routes' service on the same tool (`pipelines.rest_api.KnowledgeService`); None serves
+    :param service: The REST routes' service, the tool's (`pipelines.service.KnowledgeService`); None serves
         `/mcp` only.
     :returns: The ASGI app.
     :raises ValueError: If the token is one no request could send (`check_token`).
@@ -467,5 +467,5 @@ def serve(
     )
     import uvicorn
 
-    app = http_app(server, host, token, allowed_hosts, service=KnowledgeService(tool))
+    app = http_app(server, host, token, allowed_hosts, service=tool.service)
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()

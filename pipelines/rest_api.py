@@ -1,8 +1,8 @@
 """REST routes beside the MCP endpoint: `POST /lookup`, Dify's `POST /retrieval`, `GET /health`, `GET /openapi.json`.
 
 `lookup-knowledge serve --transport http` serves them in the same process as `/mcp` (`pipelines.mcp_server.http_app`
-composes both), on the same loaded pipeline and through the same `LookupKnowledgeTool`, so MCP and REST lookups are
-serialized alike and every lookup is one trace row.
+composes both), through the same `KnowledgeService` (`pipelines.service`), so MCP and REST lookups run alike:
+concurrently, one trace row each, calls of one session one after another.
 
 - `POST /lookup` `{query, session_id?}` → the full `LookupResult` JSON (camelCase, as `pipelines.lookup` returns it):
   200 for `evidence`, `no_evidence`, `already_returned`, `l1_disabled`; 422 for `invalid_query` (empty or over-long
@@ -33,26 +33,19 @@ from __future__ import annotations
 import hmac
 import json
 import re
-import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal, TypeVar
 
 from haystack import logging
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic.alias_generators import to_camel
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from components.core.lookup_result import LookupResult
-from components.filtered_retry_retriever import FilteredRetryRetriever
-from components.store.knowledge_collection import KnowledgeCollection
-from components.store.knowledge_index import CachedKnowledgeIndex, IndexedDocument
-from pipelines.agent_tool import LookupKnowledgeTool
 from pipelines.dify_knowledge import (
-    DEFAULT_KNOWLEDGE_ID,
     ERROR_CODES,
     DifyError,
     RetrievalRequest,
@@ -60,7 +53,7 @@ from pipelines.dify_knowledge import (
     compile_filter,
     records,
 )
-from pipelines.loading import node_of_type
+from pipelines.service import Health, KnowledgeService
 
 __all__ = [
     "HEALTH_PATH",
@@ -71,7 +64,6 @@ __all__ = [
     "RETRIEVAL_PATH",
     "ApiError",
     "JsonTooDeepError",
-    "KnowledgeService",
     "authorization_header",
     "bearer_token_matches",
     "escape_lone_surrogates",
@@ -155,131 +147,11 @@ class LookupRequest(BaseModel):
     )
 
 
-class Health(BaseModel):
-    """The body of `GET /health` (camelCase keys, as in the `LookupResult`)."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
-
-    status: Literal["ok", "unavailable", "error"] = Field(
-        description="ok; unavailable: the store did not answer or nothing is indexed; error: the check itself failed."
-    )
-    store_reachable: bool
-    collection: str
-    collection_exists: bool
-    index_version: int = Field(description="The knowledge index file's signature (0: nothing indexed).")
-    documents: int = Field(description="Documents in the knowledge index.")
-    chunks: int | None = Field(description="Rows in the collection (null when the store did not answer).")
-    error: str | None = None
-
-
 class ErrorBody(BaseModel):
     """A refused request (every route but `/retrieval`)."""
 
     error: str
     detail: str
-
-
-class KnowledgeService:
-    """
-    What the REST routes need from the loaded lookup pipeline: lookups through its tool, its health, its metadata.
-
-    Lookups go through `LookupKnowledgeTool.lookup_result` (serialized with the MCP tool's calls, one trace row
-    each). Health is read on a connection of its own to the same collection, so it neither waits for nor disturbs a
-    lookup.
-
-    ### Usage example
-
-    ```python
-    from pipelines.agent_tool import lookup_knowledge_tool
-    from pipelines.rest_api import KnowledgeService
-
-    service = KnowledgeService(lookup_knowledge_tool(data_dir="data"))
-    print(service.health()["status"], service.lookup("disk full")["evidenceStatus"])
-    ```
-    """
-
-    def __init__(self, tool: LookupKnowledgeTool) -> None:
-        """
-        :param tool: The `lookup_knowledge` tool on a loaded lookup pipeline.
-        :raises ValueError: If the pipeline has no (or more than one) `FilteredRetryRetriever`.
-        """
-        self.tool = tool
-        _, retriever = node_of_type(tool.pipeline, FilteredRetryRetriever)
-        self._collection = retriever.collection
-        self._probe = KnowledgeCollection.from_dict(retriever.collection.to_dict())
-        self._probe_lock = threading.Lock()
-        self._index = CachedKnowledgeIndex(retriever.collection.index_path)
-        self._index_lock = threading.Lock()
-
-    def lookup(self, query: str, session_id: str | None = None) -> dict[str, Any]:
-        """
-        Run one lookup (blocking; recorded).
-
-        :param query: The query.
-        :param session_id: The caller's session.
-        :returns: The `LookupResult` JSON.
-        """
-        return self.tool.lookup_result(query, session_id=session_id)
-
-    def knowledge_ids(self) -> set[str]:
-        """
-        :returns: The `knowledge_id` values `/retrieval` serves: `lookup-knowledge` and the collection's name.
-        """
-        return {DEFAULT_KNOWLEDGE_ID, self._collection.schema.collection_name}
-
-    def documents(self) -> dict[str, IndexedDocument]:
-        """
-        :returns: The indexed documents by source (read again after a re-index).
-        """
-        with self._index_lock:
-            return self._index.get()[0].by_source()
-
-    def _indexed(self) -> tuple[int, int, str | None]:
-        """The knowledge index file's documents and signature, or why it cannot be read (health never raises)."""
-        with self._index_lock:
-            try:
-                version = self._index.signature()
-                documents = len(self._index.get()[0].documents)
-            except Exception as err:  # a corrupt or unreadable file, whatever its reader raises
-                reason = f"knowledge index {self._index.path} cannot be read ({_one_line(err)})"
-                return 0, 0, f"{reason}; `lookup-knowledge index` writes it again"
-        return documents, version, None
-
-    def health(self) -> dict[str, Any]:
-        """
-        Read the knowledge index file, and ask the store whether the collection is there and how many rows it has
-        (blocking; never raises).
-
-        :returns: The `Health` body as a dict: `status` `ok`; `unavailable` (the store did not answer, or the
-            collection does not exist); or `error` (the knowledge index file cannot be read; then the store is not
-            asked, since the file names the collection), with the reason in `error`.
-        """
-        documents, version, index_error = self._indexed()
-        reachable, exists, chunks, error = False, False, None, index_error
-        with self._probe_lock:
-            if index_error is None:
-                try:
-                    exists = self._probe.exists()
-                    chunks = self._probe.count() if exists else 0
-                    reachable = True
-                except Exception as err:  # whatever the client raises: the store did not answer
-                    error = _one_line(err)
-            name = self._probe.schema.collection_name
-        if reachable and not exists:
-            error = f"collection {name!r} does not exist; run `lookup-knowledge index` first"
-        status: Literal["ok", "unavailable", "error"] = "ok" if reachable and exists else "unavailable"
-        if index_error is not None:
-            status = "error"
-        return Health(
-            status=status,
-            store_reachable=reachable,
-            collection=name,
-            collection_exists=exists,
-            index_version=version,
-            documents=documents,
-            chunks=chunks,
-            error=error,
-        ).model_dump(by_alias=True)
 
 
 def _one_line(err: Exception) -> str:

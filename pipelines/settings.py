@@ -11,7 +11,8 @@ MILVUS_URI_ENV = "MILVUS_URI"
 TRACE_DB_URL_ENV = "TRACE_DB_URL"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_LOOKUP_PIPELINE = REPO_ROOT / "pipelines.yaml"
+#: the shipped pipelines, package data (in a checkout, `lookup.yaml` is a link to the repository's `pipelines.yaml`)
+DEFAULT_LOOKUP_PIPELINE = Path(__file__).resolve().parent / "lookup.yaml"
 DEFAULT_INDEXING_PIPELINE = Path(__file__).resolve().parent / "indexing.yaml"
 ALLOWED_MODULES = ["components", "pipelines"]
 DEFAULT_MCP_HOST = "127.0.0.1"  # loopback unless the operator says otherwise

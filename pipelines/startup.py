@@ -1,4 +1,12 @@
-"""How a command starts: Python's cyclic garbage collector paused until the lookup pipeline is ready.
+"""How a command starts: one BLAS thread per lookup, and Python's cyclic garbage collector paused until the lookup
+pipeline is ready.
+
+A lookup's matrix work is small (a query against a hundred candidates): under concurrent lookups (a served tool)
+OpenBLAS' own threads, spinning, take the cores the other lookups need. `serve` starts with `OPENBLAS_NUM_THREADS=1`
+unless the operator set it (`one_blas_thread`): through the real HTTP server, 8 clients x 50 calls against the same
+calls one at a time, 1.67x the throughput instead of 1.16x (`python benchmarks/served_concurrency.py`, D73). One
+lookup alone is about as fast either way (p50 70.7 vs 66.8 ms, five alternated runs each), so `ask` keeps the
+default. e5's own threads are set per call (`components.core.embedding_backends`).
 
 Starting `ask` (or the MCP server) imports Haystack, pymilvus with pandas, SQLAlchemy and Milvus Lite, and loads
 two models and the knowledge index: objects that live as long as the process, hundreds of thousands of them.
@@ -14,10 +22,21 @@ paused the collector (an application calling `load_pipeline`, a test) is left as
 from __future__ import annotations
 
 import gc
+import os
 import threading
 
 _lock = threading.Lock()
 _paused: list[bool] = []  # holds True while this module has the collector paused
+
+
+#: what a lookup process sets unless the operator did, before numpy is imported
+BLAS_THREADS_ENV = {"OPENBLAS_NUM_THREADS": "1"}
+
+
+def one_blas_thread() -> None:
+    """Limit OpenBLAS to one thread in this process, unless set already (effective only before numpy's import)."""
+    for name, value in BLAS_THREADS_ENV.items():
+        os.environ.setdefault(name, value)
 
 
 def pause_collection() -> None:

@@ -7,21 +7,21 @@ curl -s -X POST http://127.0.0.1:1416/lookup_knowledge/run -H 'Content-Type: app
     -d '{"query": "disk full on a node", "session_id": "chat-42"}'
 ```
 
-`setup()` loads `pipelines.yaml` (or `LOOKUP_KNOWLEDGE_PIPELINE`) through `pipelines.load_pipeline`, on the data of
-`LOOKUP_KNOWLEDGE_DATA_DIR` (else `./data`) with `MILVUS_URI` and `TRACE_DB_URL` as everywhere; `run_api` returns
-the full `LookupResult` JSON of `pipelines.lookup` as hayhooks' `result`, and every call is one trace row, a rejected
-or failed lookup included (it is a result with `evidenceStatus` `invalid_query` or `error`, HTTP 200). Calls are
-serialized, as through the agent tool and the MCP server (hayhooks runs `run_api` in a thread pool).
+`setup()` loads `pipelines.yaml` (or `LOOKUP_KNOWLEDGE_PIPELINE`) as a `KnowledgeService` (`pipelines.service`), on
+the data of `LOOKUP_KNOWLEDGE_DATA_DIR` (else `./data`) with `MILVUS_URI` and `TRACE_DB_URL` as everywhere;
+`run_api` returns the full `LookupResult` JSON as hayhooks' `result`, and every call is one trace row, a rejected or
+failed lookup included (it is a result with `evidenceStatus` `invalid_query` or `error`, HTTP 200). Calls run
+concurrently (hayhooks runs `run_api` in a thread pool), as through the agent tool and the MCP server; calls of one
+session one after another.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
 from hayhooks import BasePipelineWrapper
-from pipelines import load_pipeline, lookup
+from pipelines.service import KnowledgeService
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
 
 #: Another lookup pipeline YAML than the repository's `pipelines.yaml`.
@@ -42,8 +42,8 @@ class PipelineWrapper(BasePipelineWrapper):
     def setup(self) -> None:
         """Load the lookup pipeline once (warmed up)."""
         _telemetry_off()
-        self.pipeline = load_pipeline(os.environ.get(PIPELINE_ENV) or DEFAULT_LOOKUP_PIPELINE)
-        self._lock = threading.Lock()
+        self.service = KnowledgeService.load(os.environ.get(PIPELINE_ENV) or DEFAULT_LOOKUP_PIPELINE)
+        self.pipeline = self.service.pipeline
 
     def run_api(self, query: str, session_id: str | None = None) -> dict[str, Any]:
         """
@@ -54,5 +54,4 @@ class PipelineWrapper(BasePipelineWrapper):
         :param session_id: A stable id for the conversation: evidence already returned in it is not repeated.
         :returns: The LookupResult JSON: found, evidenceStatus, evidenceBlocks, contextPack, traceId, ...
         """
-        with self._lock:
-            return lookup(self.pipeline, query, session_id=session_id)
+        return self.service.lookup(query, session_id=session_id)
