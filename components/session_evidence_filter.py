@@ -46,7 +46,7 @@ class SessionEvidenceFilter:
 
         :param database_url: The trace database (SQLAlchemy URL).
         :param spool_path: The trace spool file, whose rows also count.
-        :param timeout_s: Longest wait for the trace database per lookup (a first connection: up to 2 s).
+        :param timeout_s: Longest wait for the trace database per lookup (from `warm_up` on, the first lookup's too).
         :param database_password: The database password as a Haystack `Secret` (by default the `TRACE_DB_PASSWORD`
             environment variable; a password written into `database_url` works too, but is part of the configuration).
         :raises ValueError: If `database_url` is empty.
@@ -59,6 +59,13 @@ class SessionEvidenceFilter:
         self.timeout_s = timeout_s
         self.database_password = database_password
         self._store = TraceStore(database_url, spool_path, timeout_s=timeout_s, password=database_password)
+
+    def warm_up(self) -> None:
+        """
+        Start connecting to the trace database in the background (idempotent): a lookup then waits at most
+        `timeout_s` for it, the first lookup of the process included.
+        """
+        self._store.connect_soon()
 
     def close(self) -> None:
         """Release the database connection."""

@@ -89,6 +89,13 @@ class TraceRecorder:
         """The trace store the rows go to."""
         return self._store
 
+    def warm_up(self) -> None:
+        """
+        Start connecting to the trace database in the background (idempotent): a lookup then waits at most
+        `timeout_s` for it, the first lookup of the process included.
+        """
+        self._store.connect_soon()
+
     def close(self) -> None:
         """Release the database connection."""
         self._store.close()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from components.store.lite_host import LiteHostError
+from pipelines.pipeline_file import read_pipeline_file
 from pipelines.settings import (
     DEFAULT_MCP_HOST,
     DEFAULT_MCP_PORT,
@@ -68,6 +69,8 @@ def _print_index_summary(summary: dict, deployment: Deployment) -> None:
 
 def cmd_index(args: argparse.Namespace) -> int:
     deployment = Deployment.resolve(args.data_dir)
+    if args.pipeline:  # refused before anything is started or created for the data folder
+        read_pipeline_file(args.pipeline)
     start_store(deployment.milvus_uri)
     from pipelines.indexing import KnowledgeIndexer
     from pipelines.settings import DEFAULT_INDEXING_PIPELINE
@@ -128,6 +131,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     deployment = Deployment.resolve(args.data_dir)
     _require_data_folder(deployment)
+    if args.pipeline:  # refused before anything is started for the data folder
+        read_pipeline_file(args.pipeline)
     start_store(deployment.milvus_uri)
     # a store or knowledge index that cannot be opened fails the lookup, which is then recorded (exit 1)
     service = KnowledgeService.load(args.pipeline or DEFAULT_LOOKUP_PIPELINE, data_dir=args.data_dir, warm_up=False)

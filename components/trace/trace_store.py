@@ -3,16 +3,18 @@
 SQLite in the data folder by default, any SQLAlchemy URL (PostgreSQL with psycopg) by configuration; the schema is
 brought to the newest Alembic revision on first use (`components.trace.migrate`).
 
-Every wait has a bound. The database work (connect, pool checkout and pre-ping, statements, commit) runs on one
-worker thread per store (`BoundedWorker`) and the caller waits for it at most `timeout_s` (the first connection of a
-store, which also checks the schema, at most max(`timeout_s`, 2 s), libpq's connect floor; a one-time schema
-migration on a database that answers is waited for up to 30 s). When the database cannot be written in time the row
-goes to the spool (`TraceSpool`) and the database is left alone for `retry_after_s`, and while the worker is still
-blocked (a stopped server) rows go straight to the spool without queueing behind it. When the spool cannot be
-written either (a full disk), the row waits in memory (a bounded queue shared by the stores of one database and spool
-in this process; the caller is told, `TraceWrite.error`) and is written, before any newer row, by the next write that
-succeeds. Spooled rows are replayed by the next successful write or by `replay()`; each row has an idempotency key
-(`invocation_id`), so a row replayed twice, by two processes or after a crash, is stored once.
+Every wait has a bound. The database work (connect, pool checkout and pre-ping, statements, commit) runs on one worker
+thread per store (`BoundedWorker`) and the caller waits for it at most `timeout_s`: a store that was told to connect
+early (`connect_soon`, what the pipeline's warm-up does) connects while the process starts, and its first call waits
+no longer than any other; a store used without it waits at most max(`timeout_s`, 2 s), libpq's connect floor, for its
+first connection, which also checks the schema; a one-time schema migration on a database that answers is waited for
+up to 30 s. When the database cannot be written in time the row goes to the spool (`TraceSpool`) and the database is
+left alone for `retry_after_s`, and while the worker is still blocked (a stopped server) rows go straight to the spool
+without queueing behind it. When the spool cannot be written either (a full disk), the row waits in memory (a bounded
+queue shared by the stores of one database and spool in this process; the caller is told, `TraceWrite.error`) and is
+written, before any newer row, by the next write that succeeds, or by a retry in the background every `MEMORY_RETRY_S`
+until it is written. Spooled rows are replayed by the next successful write or by `replay()`; each row has an
+idempotency key (`invocation_id`), so a row replayed twice, by two processes or after a crash, is stored once.
 """
 
 from __future__ import annotations
@@ -58,8 +60,10 @@ _REPLAY_CHUNK = 500
 _UNAVAILABLE = (OperationalError, InterfaceError, SQLAlchemyTimeoutError, OSError, DeadlineExceeded)
 #: the share of `timeout_s` the database's own timeouts get (busy, statement and lock timeouts)
 _DATABASE_SHARE = 0.8
-#: libpq's floor for connecting; the first use of a store (connect, schema check) may take this long
+#: libpq's floor for connecting; the first use of a store not connected early (connect, schema check) may take this long
 _CONNECT_FLOOR_S = 2.0
+#: how often rows waiting in memory are tried again when no write comes to take them
+MEMORY_RETRY_S = 1.0
 #: how long a caller waits for a one-time schema migration running on a database that answers
 _MIGRATION_WAIT_S = 30.0
 #: an explicit replay gives up when no chunk of rows was stored for this long (or `timeout_s`, if longer)
@@ -284,6 +288,23 @@ def _flush_memory_at_exit() -> None:
                 )
 
 
+def _retry_memory(store_ref: weakref.ref[TraceStore]) -> None:
+    """The background retry of a store's rows in memory; ends when they are written or the store is closed or gone."""
+    while True:
+        store = store_ref()
+        if store is None or store._closed.wait(0) or not len(store._memory):
+            return
+        closed = store._closed
+        del store  # a store dropped while this thread sleeps is not kept alive by it
+        if closed.wait(MEMORY_RETRY_S):
+            return
+        store = store_ref()
+        if store is None:
+            return
+        store._persist(None)
+        del store
+
+
 def _reason(err: BaseException) -> str:
     """One line on what went wrong: the driver's own message (SQLAlchemy's adds the statement and its values)."""
     cause = getattr(err, "orig", None) or err
@@ -318,8 +339,9 @@ class TraceStore:
 
         :param database_url: A SQLAlchemy URL.
         :param spool_path: JSON-lines file for rows that could not be written (None: no spool).
-        :param timeout_s: Longest wait for the database per write or session read (the store's first connection:
-            max(2 s, this), libpq's floor); also the longest wait for the spool's file lock.
+        :param timeout_s: Longest wait for the database per write or session read (the first connection of a store
+            not connected early with `connect_soon`: max(2 s, this), libpq's floor); also the longest wait for the
+            spool's file lock.
         :param retry_after_s: After a failure, how long writes go straight to the spool.
         :param password: The database password, when it is not in the URL (resolved at the first connection).
         :param max_memory_rows: Most rows kept in memory while neither the database nor the spool can be written.
@@ -341,6 +363,9 @@ class TraceStore:
         self._replay_queued = False
         self._worker: BoundedWorker | None = None
         self._memory_queue: _MemoryQueue | None = None
+        self._connect_early = False
+        self._memory_retry: threading.Thread | None = None
+        self._closed = threading.Event()
 
     # -- connection ----------------------------------------------------------------------------------------------
 
@@ -421,8 +446,29 @@ class TraceStore:
         if engine is not None:
             engine.dispose()
 
+    def connect_soon(self) -> None:
+        """
+        Start connecting (and checking the schema) on the worker now, without waiting for it (idempotent).
+
+        From then on every call waits at most `timeout_s`, the first one included: the connection is made while the
+        process starts, and a database that does not answer by the first call is skipped like one that stopped
+        answering (the row is spooled, session memory is partial).
+        """
+        with self._state:
+            if self._connect_early:
+                return
+            self._connect_early = True
+        self._get_worker().submit(partial(self._on_worker, self._connect_quietly))
+
+    def _connect_quietly(self) -> None:
+        try:
+            _ = self.engine
+        except Exception as err:  # the first call goes to the spool at once instead of trying again
+            self._mark_down(err)
+
     def close(self) -> None:
         """Write what waits in memory if the database or spool take it now, then dispose of the engine."""
+        self._closed.set()
         if self._memory_queue is not None and len(self._memory_queue):
             self._persist(None)
         with self._state:
@@ -431,10 +477,11 @@ class TraceStore:
             self._dispose_engine()
             return
         # disposed on the worker, after whatever it is doing: never under a connection it is using
+        blocked = worker.stalled_for() > self.timeout_s  # a database that stopped answering is not waited for again
         task = worker.submit(self._dispose_engine)
         worker.stop()
         try:
-            worker.wait(task, self.timeout_s, cancel=False)
+            worker.wait(task, 0.0 if blocked else self.timeout_s, cancel=False)
         except DeadlineExceeded:
             logger.warning(
                 "Trace database {url} still busy at close; its connections are closed when it answers",
@@ -458,7 +505,7 @@ class TraceStore:
         return fn()
 
     def _budget(self) -> float:
-        connected = self._engine is not None and not self._reset_engine
+        connected = (self._engine is not None or self._connect_early) and not self._reset_engine
         return self.timeout_s if connected else max(self.timeout_s, _CONNECT_FLOOR_S)
 
     def _call(self, fn: Callable[[], Any], budget: float) -> Any:
@@ -590,6 +637,7 @@ class TraceStore:
                 f"({self.max_memory_rows} rows); the row is in the error log"
             )
         waiting = len(self._memory)
+        self._retry_memory_soon()
         logger.error(
             "Trace row kept in memory ({waiting} waiting): database {database}, spool {spool}",
             waiting=waiting,
@@ -600,6 +648,16 @@ class TraceStore:
             f"trace row kept in memory ({waiting} waiting): database {database}; spool {spool}; "
             "it is written when either can be"
         )
+
+    def _retry_memory_soon(self) -> None:
+        """Try the rows waiting in memory again every `MEMORY_RETRY_S` until they are written (no write may come)."""
+        with self._state:
+            if self._memory_retry is not None and self._memory_retry.is_alive():
+                return
+            self._memory_retry = threading.Thread(
+                target=_retry_memory, args=(weakref.ref(self),), name="trace-memory-retry", daemon=True
+            )
+            self._memory_retry.start()
 
     # -- replay --------------------------------------------------------------------------------------------------
 
@@ -836,8 +894,8 @@ class TraceStore:
         """
         Return the evidence keys already returned as consumable evidence in a session, spooled rows included.
 
-        Waits for the database at most `timeout_s` (a first connection: 2 s). Spooled rows of the wrong shape are
-        skipped with a warning (the replay moves them aside).
+        Waits for the database at most `timeout_s` (the first connection of a store not connected early: 2 s).
+        Spooled rows of the wrong shape are skipped with a warning (the replay moves them aside).
 
         :param session_id: The session (matched by its whole normalized id).
         :returns: The keys, and None, or the reason the database could not be read (then the keys are those of the

@@ -14,16 +14,14 @@ from components.sidecar_retriever import SidecarRetriever
 from components.trace_recorder import TraceRecorder
 from pipelines import load_pipeline, lookup
 from pipelines.loading import (
-    MAX_PIPELINE_NODES,
     apply_overrides,
-    check_pipeline_yaml,
     component_params_from,
-    expanded_size,
     find_node,
     load_pipeline_file,
     node_of_type,
     parse_override,
 )
+from pipelines.pipeline_file import MAX_PIPELINE_NODES, check_pipeline_yaml, expanded_size
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, REPO_ROOT, Deployment
 from tests.conftest import index_tiny_kb
 

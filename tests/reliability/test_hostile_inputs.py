@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,6 +25,7 @@ import pytest
 from components.trace.trace_store import TraceStore
 from pipelines.mcp_server import AUTH_ENV
 from pipelines.settings import MILVUS_URI_ENV, REPO_ROOT, Deployment
+from tests.conftest import write_tiny_kb
 from tests.pipelines.test_mcp_server import server_command
 from tests.pipelines.test_rest_api import (
     BEARER,
@@ -190,17 +192,39 @@ class TestTokens:
         assert answers == expected
 
 
+def _alias_bomb(path: Path) -> Path:
+    lines = ['lol0: &lol0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"lol{i}: &lol{i} [{', '.join([f'*lol{i - 1}'] * 10)}]" for i in range(1, 10)]  # 10^10 nodes
+    path.write_text(
+        "\n".join(lines)
+        + "\ncomponents:\n  transformer:\n    type: components.query_transformer.QueryTransformer\n"
+        + "    init_parameters: {max_query_chars: *lol9}\nconnections: []\n",
+        encoding="utf-8",
+    )
+    return path
+
+
 class TestPipelineAliasBomb:
-    def test_nested_aliases_in_a_pipeline_file_are_refused_in_one_line_within_seconds(self, tmp_path):
-        lines = ['lol0: &lol0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
-        lines += [f"lol{i}: &lol{i} [{', '.join([f'*lol{i - 1}'] * 10)}]" for i in range(1, 10)]  # 10^10 nodes
-        bomb = tmp_path / "bomb.yaml"
-        bomb.write_text(
-            "\n".join(lines)
-            + "\ncomponents:\n  transformer:\n    type: components.query_transformer.QueryTransformer\n"
-            + "    init_parameters: {max_query_chars: *lol9}\nconnections: []\n",
-            encoding="utf-8",
+    def test_an_indexing_pipeline_of_nested_aliases_is_refused_before_the_data_folder_is_touched(self, tmp_path):
+        bomb = _alias_bomb(tmp_path / "bomb.yaml")
+        data = tmp_path / "data"
+        done = run_cli(
+            "index",
+            "--knowledge",
+            str(write_tiny_kb(tmp_path / "kb")),
+            "--data-dir",
+            str(data),
+            "--pipeline",
+            str(bomb),
+            timeout=30,
         )
+        assert done.returncode == 2, done.stderr[-2000:]
+        [line] = done.stderr.splitlines()
+        assert line.startswith(f"lookup-knowledge: {bomb} expands to more than")
+        assert not data.exists()  # no Milvus Lite file made, no host started for it
+
+    def test_nested_aliases_in_a_pipeline_file_are_refused_in_one_line_within_seconds(self, tmp_path):
+        bomb = _alias_bomb(tmp_path / "bomb.yaml")
         started = time.monotonic()
         done = run_cli(
             "ask",

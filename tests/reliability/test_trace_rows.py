@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -262,3 +264,80 @@ def test_sessions_that_share_their_first_200_characters_do_not_share_memory(make
     assert [b["evidenceKey"] for b in other["evidenceBlocks"]] == [b["evidenceKey"] for b in one["evidenceBlocks"]]
     assert not {b["evidenceKey"] for b in again["evidenceBlocks"]} & {b["evidenceKey"] for b in one["evidenceBlocks"]}
     assert one["sessionId"] == first
+
+
+class TestSessionMemoryWhileTheDatabaseIsDown:
+    def test_a_spooled_row_of_the_wrong_shape_fails_no_lookup_of_its_session(self, knowledge_data, tmp_path, caplog):
+        blocker = tmp_path / "blocker"
+        blocker.write_text("not a folder")  # a database under a file: it can be neither created nor read
+        spool = tmp_path / "trace_spool.jsonl"
+        url = f"sqlite:///{blocker}/sub/traces.db"
+        trace = {"spool_path": str(spool)}
+        pipeline = load_pipeline(
+            data_dir=knowledge_data,
+            trace_db_url=url,
+            component_params={"recorder": {**trace, "retry_after_s": 0}, "session_filter": trace},
+        )
+        first = lookup(pipeline, ANSWERABLE, session_id="shape")
+        assert first["evidenceStatus"] == "evidence" and first["traceId"] is None  # spooled
+        row = json.loads(spool.read_text().splitlines()[-1])
+        with spool.open("a") as handle:
+            handle.write(json.dumps({**row, "invocation_id": "garbage", "retrieval_details": "garbage"}) + "\n")
+        again = [lookup(pipeline, ANSWERABLE, session_id="shape") for _ in range(2)]
+        # the well-formed spooled rows are still this session's memory, the garbage one is skipped, nothing fails
+        assert all(r["evidenceStatus"] in {"evidence", "already_returned"} for r in again)
+        returned = [[b["evidenceKey"] for b in r["evidenceBlocks"]] for r in (first, *again)]
+        every = [key for keys in returned for key in keys]
+        assert returned[0] and len(every) == len(set(every))  # no block twice in the session
+        assert "wrong shape skipped" in caplog.text
+
+
+class TestLockedSqlite:
+    def test_a_locked_database_costs_a_lookup_its_budget_and_every_row_arrives(self, knowledge_data, tmp_path):
+        database = tmp_path / "traces.db"
+        spool = tmp_path / "trace_spool.jsonl"
+        trace = {"spool_path": str(spool), "timeout_s": 0.5}
+        pipeline = load_pipeline(
+            data_dir=knowledge_data,
+            trace_db_url=f"sqlite:///{database}",
+            component_params={"recorder": {**trace, "retry_after_s": 0}, "session_filter": trace},
+        )
+        assert isinstance(lookup(pipeline, ANSWERABLE)["traceId"], int)
+        started = time.perf_counter()
+        lookup(pipeline, "how long do refunds take?")
+        usual_s = time.perf_counter() - started
+        holder = sqlite3.connect(database, timeout=0)
+        holder.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+        try:
+            started = time.perf_counter()
+            locked = lookup(pipeline, ANSWERABLE, session_id="locked")
+            locked_s = time.perf_counter() - started
+        finally:
+            holder.rollback()
+            holder.close()
+        assert locked_s < usual_s + 2 * 0.5 + 0.75  # the session read and the write, each at most 0.5 s
+        assert locked["traceId"] is None and locked["traceError"] is None  # spooled
+        store = TraceStore(f"sqlite:///{database}", spool_path=str(spool))
+        assert store.replay().error is None
+        assert store.count() == 3
+        store.close()
+
+
+class TestReplayCommand:
+    def test_a_rejected_file_linked_out_of_the_folder_is_never_written_through(self, trace_url, tmp_path):
+        data = tmp_path / "data"
+        data.mkdir()
+        outside = tmp_path / "outside.txt"
+        outside.write_text("not the spool's\n")
+        (data / "trace_spool.jsonl.rejected").symlink_to(outside)
+        (data / "trace_spool.jsonl").write_text('{"cut off\n')  # a damaged line: it goes to the rejected file
+        store = TraceStore(trace_url)
+        assert store.count() == 0  # the database exists (replay refuses a data folder that recorded nothing)
+        store.close()
+        env = {"TRACE_DB_URL": trace_url, "PATH": "/usr/bin:/bin", "HAYSTACK_TELEMETRY_ENABLED": "False"}
+        command = [sys.executable, "-m", "pipelines.cli", "trace", "replay", "--data-dir", str(data)]
+        done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert outside.read_text() == "not the spool's\n"
+        assert not (data / "trace_spool.jsonl.rejected").is_symlink()
+        assert (data / "trace_spool.jsonl.rejected").read_text() == '{"cut off\n'
