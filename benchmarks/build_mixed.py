@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipelines.evaluation import load_eval_set
+from pipelines.measure.evaluation import load_eval_set
 
 
 def build(sets: list[Path], out: Path) -> int:

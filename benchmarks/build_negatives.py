@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipelines.evaluation import EvalQuery, load_eval_set
+from pipelines.measure.evaluation import EvalQuery, load_eval_set
 
 SEED = 20261201
 _CATEGORY = re.compile(r"^category:\s*(.+?)\s*$", re.MULTILINE)

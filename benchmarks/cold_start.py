@@ -5,18 +5,18 @@
 
 If the data folder holds no index yet, `knowledge/` is indexed into it first (`lookup-knowledge index`). Then:
 
-- `runs`: `--runs` times `python -m pipelines.cli ask --data-dir D QUERY` in a fresh process, each timed from before
-  the process is spawned until it has exited (wall), with the CPU seconds of the process and its children; median,
-  min and max. `cold_start_s` is the median wall.
+- `runs`: `--runs` times `python -m pipelines.entrypoints.cli ask --data-dir D QUERY` in a fresh process, each timed
+  from before the process is spawned until it has exited (wall), with the CPU seconds of the process and its children;
+  median, min and max. `cold_start_s` is the median wall.
 - `breakdown`: one more fresh process that goes through what `ask` does step by step and times each step: interpreter
-  start, `import pipelines.cli`, `from pipelines import load_pipeline, lookup`, the pipeline YAML and `from_dict`
-  (which imports the component modules), Milvus Lite start and connect, each embedding model (construct, load and
-  embed one query: what the first lookup would otherwise pay), each component's `warm_up`, the first lookup, a second
-  lookup (the warm figure), and process exit (thread joins, atexit handlers such as the Milvus Lite server's
+  start, `import pipelines.entrypoints.cli`, `from pipelines import load_pipeline, lookup`, the pipeline YAML and
+  `from_dict` (which imports the component modules), Milvus Lite start and connect, each embedding model (construct,
+  load and embed one query: what the first lookup would otherwise pay), each component's `warm_up`, the first lookup, a
+  second lookup (the warm figure), and process exit (thread joins, atexit handlers such as the Milvus Lite server's
   shutdown, and the interpreter's teardown where the CLI does not skip it), measured by this process from the
   child's last timestamp to its exit. `steps_cpu` are the CPU seconds of each step (all threads of the process).
-- `imports`: the slowest imports of `python -X importtime -c "import pipelines.cli; from pipelines import ..."`
-  by cumulative time.
+- `imports`: the slowest imports of `python -X importtime -c "import pipelines.entrypoints.cli; from pipelines import
+  ..."` by cumulative time.
 
 With `--against DIR` (another checkout of this repository, e.g. a copy before a change), every run alternates
 between the two trees (same data folder, same venv), and both medians and their ratio are reported: on a busy
@@ -38,7 +38,7 @@ from pathlib import Path
 from lookup_snapshot import stable
 
 from components.store.lite_host import LiteHostLease
-from pipelines.bench import wait_for_no_host
+from pipelines.measure.bench import wait_for_no_host
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_QUERY = "磁盘满了怎么办"
@@ -58,7 +58,7 @@ def step(name, started):
     marks[name] = round(time.perf_counter() - started, 4)
     cpu[name] = round(time.process_time() - _cpu[0], 4)
     _cpu[0] = time.process_time()
-t = time.perf_counter(); import pipelines.cli; step("import_cli", t)
+t = time.perf_counter(); import pipelines.entrypoints.cli; step("import_cli", t)
 t = time.perf_counter(); from pipelines import lookup; step("import_pipelines", t)
 from pipelines.loading import load_pipeline_file
 import pipelines.settings as settings
@@ -89,7 +89,8 @@ t = time.perf_counter(); lookup(pipeline, query); step("lookup(second, warm)", t
 usage = __import__("resource").getrusage(__import__("resource").RUSAGE_SELF)
 print(json.dumps({"marks": marks, "cpu": cpu, "t_child": t_child, "t_end": time.time(),
                   "status": first["evidenceStatus"], "cpu_s": round(usage.ru_utime + usage.ru_stime, 3)}), flush=True)
-end_process = getattr(pipelines.cli, "_end_process", None)  # the CLI's own way out of `ask`, where it has one
+# the CLI's own way out of `ask`, where it has one
+end_process = getattr(pipelines.entrypoints.cli, "_end_process", None)
 if end_process is not None:
     end_process(0)
 """
@@ -104,7 +105,7 @@ def ensure_index(data_dir: Path, knowledge: Path) -> bool:
     """Index `knowledge` into `data_dir` unless it already holds an index; True when it indexed."""
     if (data_dir / "knowledge_index.json").is_file() and (data_dir / "milvus.db").exists():
         return False
-    command = [sys.executable, "-m", "pipelines.cli", "index", "--knowledge", str(knowledge)]
+    command = [sys.executable, "-m", "pipelines.entrypoints.cli", "index", "--knowledge", str(knowledge)]
     subprocess.run([*command, "--data-dir", str(data_dir), "--quiet"], cwd=REPO_ROOT, check=True)
     return True
 
@@ -116,7 +117,7 @@ def time_ask(tree: Path, data_dir: Path, query: str, warm_host: bool = False) ->
     Unless `warm_host`, no Milvus Lite host runs for the folder when it starts (the `ask` starts one, which stops
     with it): the first command after a pause, and the only way a checkout from before hosts existed can open it.
     """
-    command = [sys.executable, "-m", "pipelines.cli", "ask", "--json", "--data-dir", str(data_dir), query]
+    command = [sys.executable, "-m", "pipelines.entrypoints.cli", "ask", "--json", "--data-dir", str(data_dir), query]
     env = dict(os.environ)
     if not warm_host:
         wait_for_no_host(str(data_dir / "milvus.db"))
@@ -161,7 +162,7 @@ def breakdown(tree: Path, data_dir: Path, query: str) -> dict:
 
 def slowest_imports(tree: Path, top: int = 15) -> list[dict]:
     """The slowest imports of the `ask` path, by cumulative time (`-X importtime`)."""
-    code = "import pipelines.cli; from pipelines import load_pipeline, lookup"
+    code = "import pipelines.entrypoints.cli; from pipelines import load_pipeline, lookup"
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", code], cwd=tree, capture_output=True, text=True, check=True
     )

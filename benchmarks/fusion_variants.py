@@ -24,7 +24,7 @@ from components.core.embedding_backends import get_backend
 from components.store.knowledge_collection import KnowledgeCollection
 from components.store.knowledge_index import KnowledgeIndex
 from components.store.lexical import Bm25ChunkIndex, tokenize
-from pipelines.evaluation import EvalQuery, document_ranking, load_eval_set, score_rankings
+from pipelines.measure.evaluation import EvalQuery, document_ranking, load_eval_set, score_rankings
 from pipelines.settings import Deployment
 
 Fusion = Callable[[np.ndarray, np.ndarray, np.ndarray, float], np.ndarray]

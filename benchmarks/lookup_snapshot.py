@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines import load_pipeline, lookup
-from pipelines.evaluation import load_eval_set
+from pipelines.measure.evaluation import load_eval_set
 
 RUN_DEPENDENT = {"traceId", "latencyMs", "stageMs", "started_at"}
 

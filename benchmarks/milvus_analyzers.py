@@ -22,7 +22,7 @@ from pymilvus import DataType, Function, FunctionType, MilvusClient
 
 from benchmarks.fusion_variants import load_dataset
 from components.store.lexical import lexical_text
-from pipelines.evaluation import document_ranking, score_rankings
+from pipelines.measure.evaluation import document_ranking, score_rankings
 
 ANALYZERS: dict[str, tuple[dict, Callable[[str], str]]] = {
     "milvus jieba, raw text": ({"tokenizer": "jieba", "filter": ["lowercase"]}, str),

@@ -46,12 +46,12 @@ def _free_port() -> int:
 def _ensure_indexed(data_dir: Path) -> None:
     if (data_dir / "knowledge_index.json").is_file():
         return
-    command = [sys.executable, "-m", "pipelines.cli", "index", "--knowledge", str(REPO_ROOT / "knowledge")]
+    command = [sys.executable, "-m", "pipelines.entrypoints.cli", "index", "--knowledge", str(REPO_ROOT / "knowledge")]
     subprocess.run([*command, "--data-dir", str(data_dir), "--quiet"], cwd=REPO_ROOT, check=True)
 
 
 def _serve(data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "pipelines.cli", "serve", "--transport", "http", "--port", str(port)]
+    command = [sys.executable, "-m", "pipelines.entrypoints.cli", "serve", "--transport", "http", "--port", str(port)]
     with log.open("wb") as out:
         server = subprocess.Popen(
             [*command, "--data-dir", str(data_dir)], cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT

@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipelines.evaluation import evaluate
 from pipelines.loading import parse_override
+from pipelines.measure.evaluation import evaluate
 
 
 def _parse(spec: str) -> tuple[str, str, list]:

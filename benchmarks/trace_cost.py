@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from components.trace.trace_recorder import TraceRecorder
 from components.trace.trace_store import ToolInvocation, TraceStore
-from components.trace_recorder import TraceRecorder
 from pipelines import load_pipeline, lookup, lookup_inputs
 from pipelines.indexing import KnowledgeIndexer
 from pipelines.loading import node_of_type

@@ -1,7 +1,14 @@
-"""Public entry points: load the lookup pipeline, run `lookup_knowledge`, and build it as an agent tool.
+"""The pipelines and the service around them; `from pipelines import lookup` is the Python entry point.
 
-Each is imported on first use (`from pipelines import lookup` loads `pipelines.api`, and Haystack with it), so that
-`import pipelines.cli` is light and the command line decides how the process starts (`pipelines.startup`).
+- `pipelines/*.py`: the library: loading the YAML (`loading`, `pipeline_file`), the deployment's settings, indexing
+  (`indexing`), the lookup calls (`api`) and the one service every entry point calls (`service`).
+- `pipelines/entrypoints/`: the command line, the MCP server, the REST routes (with Dify's contract), the Agent
+  tool, trace browsing. They import the service and the settings, never a pipeline node or a store.
+- `pipelines/measure/`: eval, bench and the scale corpus, which measure the pipelines and may read the store.
+
+Each name below is imported on first use (`from pipelines import lookup` loads `pipelines.api`, and Haystack with
+it), so that `import pipelines.entrypoints.cli` is light and the command line decides how the process starts
+(`pipelines.startup`).
 """
 
 from __future__ import annotations
@@ -12,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import components  # noqa: F401 - first: it switches Haystack's telemetry off before Haystack is imported
 
 if TYPE_CHECKING:
-    from pipelines.agent_tool import lookup_knowledge_tool
     from pipelines.api import load_pipeline, lookup, lookup_inputs
+    from pipelines.entrypoints.agent_tool import lookup_knowledge_tool
 
 __all__ = ["load_pipeline", "lookup", "lookup_inputs", "lookup_knowledge_tool"]
 
@@ -22,7 +29,7 @@ _MODULE_OF = {
     "load_pipeline": "pipelines.api",
     "lookup": "pipelines.api",
     "lookup_inputs": "pipelines.api",
-    "lookup_knowledge_tool": "pipelines.agent_tool",
+    "lookup_knowledge_tool": "pipelines.entrypoints.agent_tool",
 }
 
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from haystack import Pipeline, tracing
 
-from components.query_transformer import QueryTransformer
+from components.query.query_transformer import QueryTransformer
 from components.trace.session_key import normalize_session_id
-from components.trace_recorder import TraceRecorder
+from components.trace.trace_recorder import TraceRecorder
 from pipelines.loading import load_pipeline_file, node_of_type
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, Deployment
 from pipelines.spans import enable_spans_from_env

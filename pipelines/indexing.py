@@ -21,23 +21,23 @@ from filelock import FileLock, Timeout
 from haystack import Document, Pipeline, logging
 from tqdm import tqdm
 
-from components.core.atomic_file import write_atomically
-from components.core.embedding_backends import get_backend, model_dimension
-from components.markdown_loader import (
+from components.converters.markdown_loader import (
     KnowledgeFileError,
     MarkdownKnowledgeLoader,
     discover_knowledge_files,
     file_version,
     parse_knowledge_file,
 )
-from components.milvus_chunk_writer import MilvusChunkWriter
-from components.offline_document_embedder import OfflineDocumentEmbedder
+from components.core.atomic_file import write_atomically
+from components.core.embedding_backends import get_backend, model_dimension
+from components.embedders.offline_document_embedder import OfflineDocumentEmbedder
 from components.store.collection_statistics import CollectionStatistics
 from components.store.knowledge_collection import KnowledgeCollection
 from components.store.knowledge_index import IndexedDocument, KnowledgeIndex, term_category_counts
 from components.store.lexical import Bm25ChunkIndex
 from components.store.schema import CROSSLINGUAL_META_KEY
 from components.store.vector_table import VectorTable
+from components.writers.milvus_chunk_writer import MilvusChunkWriter
 from pipelines.loading import load_pipeline_file, node_of_type
 from pipelines.settings import DEFAULT_INDEXING_PIPELINE, Deployment, lite_file_in
 

@@ -16,13 +16,13 @@ from haystack import Pipeline
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from components.filtered_retry_retriever import FilteredRetryRetriever
-from components.query_transformer import QueryTransformer
+from components.query.query_transformer import QueryTransformer
+from components.retrievers.filtered_retry_retriever import FilteredRetryRetriever
 from components.store.knowledge_collection import KnowledgeCollection
 from components.store.knowledge_index import CachedKnowledgeIndex, IndexedDocument
-from components.trace_recorder import TraceRecorder
+from components.trace.trace_recorder import TraceRecorder
 from pipelines.api import load_pipeline, lookup
-from pipelines.dify_knowledge import DEFAULT_KNOWLEDGE_ID
+from pipelines.entrypoints.dify_knowledge import DEFAULT_KNOWLEDGE_ID
 from pipelines.loading import node_of_type
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
 

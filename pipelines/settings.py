@@ -6,6 +6,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from components.core.errors import StoreUnavailableError
+
+__all__ = ["Deployment", "StoreUnavailableError", "lite_file_in", "start_store"]
+
 DATA_DIR_ENV = "LOOKUP_KNOWLEDGE_DATA_DIR"
 MILVUS_URI_ENV = "MILVUS_URI"
 TRACE_DB_URL_ENV = "TRACE_DB_URL"
@@ -40,7 +44,7 @@ def start_store(milvus_uri: str) -> None:
     imports its libraries. A server URI needs nothing.
 
     :param milvus_uri: The deployment's Milvus URI.
-    :raises LiteHostError: If the host cannot be started.
+    :raises StoreUnavailableError: If the host cannot be started.
     """
     if "://" in milvus_uri:
         return

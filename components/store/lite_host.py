@@ -38,6 +38,8 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from components.core.errors import StoreUnavailableError
+
 # the host process imports no Haystack (it starts in a fraction of a second), so it logs with the standard library
 logger = stdlib_logging.getLogger(__name__)
 
@@ -62,7 +64,7 @@ _FAILURE_MEMORY_S = 5.0
 _CHECK_EVERY_S = 2.0
 
 
-class LiteHostError(RuntimeError):
+class LiteHostError(StoreUnavailableError):
     """The data folder's Milvus Lite host could not be started or reached."""
 
 

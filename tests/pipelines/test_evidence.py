@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from pipelines import load_pipeline, lookup
-from pipelines.evaluation import load_eval_set
+from pipelines.measure.evaluation import load_eval_set
 from tests.conftest import KNOWLEDGE_DIR, REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from pipelines.settings import DATA_DIR_ENV, REPO_ROOT
-from tests.pipelines.test_rest_api import STEP_TIMEOUT, Server, indexed_copy, start_server
+from tests.pipelines.entrypoints.test_rest_api import STEP_TIMEOUT, Server, indexed_copy, start_server
 from tests.postgres_server import free_port
 
 pytestmark = pytest.mark.integration

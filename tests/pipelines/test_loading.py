@@ -9,9 +9,9 @@ import pytest
 import yaml
 from haystack import Pipeline
 
-from components.filtered_retry_retriever import FilteredRetryRetriever
-from components.sidecar_retriever import SidecarRetriever
-from components.trace_recorder import TraceRecorder
+from components.retrievers.filtered_retry_retriever import FilteredRetryRetriever
+from components.retrievers.sidecar_retriever import SidecarRetriever
+from components.trace.trace_recorder import TraceRecorder
 from pipelines import load_pipeline, lookup
 from pipelines.loading import (
     apply_overrides,
@@ -34,7 +34,7 @@ def alias_bomb(levels: int) -> str:
     """A pipeline file whose one parameter is `levels` nested levels of ten aliases each: 10^levels nodes."""
     lines = ['lol0: &lol0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
     lines += [f"lol{i}: &lol{i} [{', '.join([f'*lol{i - 1}'] * 10)}]" for i in range(1, levels)]
-    component = "    type: components.query_transformer.QueryTransformer\n"
+    component = "    type: components.query.query_transformer.QueryTransformer\n"
     params = f"    init_parameters: {{max_query_chars: *lol{levels - 1}}}\n"
     return "\n".join(lines) + "\ncomponents:\n  transformer:\n" + component + params + "connections: []\n"
 
@@ -156,12 +156,12 @@ class TestNodes:
 
 def test_the_agent_tool_is_importable_from_pipelines_and_loads_only_when_asked():
     code = (
-        "import sys, pipelines; assert 'pipelines.agent_tool' not in sys.modules; "
-        "from pipelines import lookup_knowledge_tool; assert 'pipelines.agent_tool' in sys.modules; "
+        "import sys, pipelines; assert 'pipelines.entrypoints.agent_tool' not in sys.modules; "
+        "from pipelines import lookup_knowledge_tool; assert 'pipelines.entrypoints.agent_tool' in sys.modules; "
         "print(lookup_knowledge_tool.__module__)"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "pipelines.agent_tool"
+    assert out.stdout.strip() == "pipelines.entrypoints.agent_tool"
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         import pipelines
 
@@ -169,7 +169,7 @@ def test_the_agent_tool_is_importable_from_pipelines_and_loads_only_when_asked()
 
 
 def test_haystack_telemetry_is_off_in_every_entry_point_without_being_told(tmp_path):
-    code = "import pipelines.cli, haystack.telemetry._telemetry as t; print(t.telemetry)"
+    code = "import pipelines.entrypoints.cli, haystack.telemetry._telemetry as t; print(t.telemetry)"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr

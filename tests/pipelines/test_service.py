@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from components.trace.trace_store import TraceStore
-from pipelines.agent_tool import LookupKnowledgeTool
+from pipelines.entrypoints.agent_tool import LookupKnowledgeTool
 from pipelines.service import KnowledgeService
 from pipelines.settings import Deployment
 from tests.conftest import index_tiny_kb

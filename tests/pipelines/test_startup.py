@@ -53,7 +53,7 @@ def watched():
 startup.resume_collection = watched
 atexit.register(lambda: print(json.dumps(seen), file=sys.stderr))
 sys.argv = ["lookup-knowledge", *sys.argv[1:]]
-from pipelines import cli
+from pipelines.entrypoints import cli
 sys.exit(cli.main())
 """
 
@@ -62,7 +62,16 @@ sys.exit(cli.main())
 def test_ask_starts_with_the_collector_paused_and_answers_with_it_running(tmp_path, tiny_kb):
     """The console-script path: paused from the start, resumed by `load_pipeline` with the startup frozen."""
     data = tmp_path / "data"
-    index = [sys.executable, "-m", "pipelines.cli", "index", "--knowledge", str(tiny_kb), "--data-dir", str(data)]
+    index = [
+        sys.executable,
+        "-m",
+        "pipelines.entrypoints.cli",
+        "index",
+        "--knowledge",
+        str(tiny_kb),
+        "--data-dir",
+        str(data),
+    ]
     assert (
         subprocess.run([*index, "--quiet"], capture_output=True, timeout=600, cwd=REPO_ROOT, check=False).returncode
         == 0

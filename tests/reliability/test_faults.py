@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from components.offline_text_embedder import OfflineTextEmbedder
+from components.embedders.offline_text_embedder import OfflineTextEmbedder
 from components.store.knowledge_index import KnowledgeIndex
 from components.trace.trace_store import TraceStore
 from pipelines import load_pipeline, lookup
@@ -140,7 +140,7 @@ def _count_cli(data: Path, text: str) -> int:
 
 
 def _ask_cli(question: str, data: Path) -> dict:
-    command = [sys.executable, "-m", "pipelines.cli", "ask", question, "--data-dir", str(data), "--json"]
+    command = [sys.executable, "-m", "pipelines.entrypoints.cli", "ask", question, "--data-dir", str(data), "--json"]
     env = {key: value for key, value in os.environ.items() if key != "MILVUS_URI"}
     asked = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert asked.returncode == 0, asked.stderr
@@ -148,7 +148,16 @@ def _ask_cli(question: str, data: Path) -> dict:
 
 
 def _index_cli(kb: Path, data: Path) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "pipelines.cli", "index", "--knowledge", str(kb), "--data-dir", str(data)]
+    command = [
+        sys.executable,
+        "-m",
+        "pipelines.entrypoints.cli",
+        "index",
+        "--knowledge",
+        str(kb),
+        "--data-dir",
+        str(data),
+    ]
     env = {key: value for key, value in os.environ.items() if key != "MILVUS_URI"}
     return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
@@ -273,7 +282,16 @@ class TestDamagedKnowledgeIndex:
         index_path = data / "knowledge_index.json"
         index_path.write_text('{"documents": [garbage', encoding="utf-8")
 
-        command = [sys.executable, "-m", "pipelines.cli", "ask", QUESTION, "--data-dir", str(data), "--json"]
+        command = [
+            sys.executable,
+            "-m",
+            "pipelines.entrypoints.cli",
+            "ask",
+            QUESTION,
+            "--data-dir",
+            str(data),
+            "--json",
+        ]
         env = {key: value for key, value in os.environ.items() if key != "MILVUS_URI"}
         asked = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert asked.returncode == 1, asked.stderr  # an internal failure, not bad input (2)

@@ -1,8 +1,8 @@
 """Hostile inputs, each through the real server or process (issue 33).
 
 `lookup-knowledge serve --transport http` runs once for the module, with a bearer token, on a copy of the tiny
-knowledge base indexed once per session (`tests.pipelines.test_rest_api.indexed_copy`); the stdio server, `ask`
-and `index` run as their own processes. Each test checks what a user sees (status, one line, the answer) and what
+knowledge base indexed once per session (`tests.pipelines.entrypoints.test_rest_api.indexed_copy`); the stdio server,
+`ask` and `index` run as their own processes. Each test checks what a user sees (status, one line, the answer) and what
 is recorded (trace rows).
 """
 
@@ -23,11 +23,11 @@ import httpx
 import pytest
 
 from components.trace.trace_store import TraceStore
-from pipelines.mcp_server import AUTH_ENV
+from pipelines.entrypoints.mcp_server import AUTH_ENV
 from pipelines.settings import MILVUS_URI_ENV, REPO_ROOT, Deployment
 from tests.conftest import write_tiny_kb
-from tests.pipelines.test_mcp_server import server_command
-from tests.pipelines.test_rest_api import (
+from tests.pipelines.entrypoints.test_mcp_server import server_command
+from tests.pipelines.entrypoints.test_rest_api import (
     BEARER,
     DEPLOYMENT_ENV,
     STEP_TIMEOUT,
@@ -61,7 +61,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def run_cli(*args: str, timeout: float = STEP_TIMEOUT, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", *args],
+        [sys.executable, "-m", "pipelines.entrypoints.cli", *args],
         cwd=REPO_ROOT,
         env=clean_env(**env),
         capture_output=True,
@@ -197,7 +197,7 @@ def _alias_bomb(path: Path) -> Path:
     lines += [f"lol{i}: &lol{i} [{', '.join([f'*lol{i - 1}'] * 10)}]" for i in range(1, 10)]  # 10^10 nodes
     path.write_text(
         "\n".join(lines)
-        + "\ncomponents:\n  transformer:\n    type: components.query_transformer.QueryTransformer\n"
+        + "\ncomponents:\n  transformer:\n    type: components.query.query_transformer.QueryTransformer\n"
         + "    init_parameters: {max_query_chars: *lol9}\nconnections: []\n",
         encoding="utf-8",
     )

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
-from pipelines.cli import main
-from pipelines.mcp_server import AUTH_ENV, build_server, check_bind, http_app
+from pipelines.entrypoints.cli import main
+from pipelines.entrypoints.mcp_server import AUTH_ENV, build_server, check_bind, http_app
 
 INITIALIZE = {
     "jsonrpc": "2.0",

@@ -121,7 +121,17 @@ def _unprivileged(command: list[str]) -> list[str]:
 
 
 def _index_json(kb: Path, data: Path, *flags: str) -> dict:
-    command = [sys.executable, "-m", "pipelines.cli", "index", "--knowledge", str(kb), "--data-dir", str(data), *flags]
+    command = [
+        sys.executable,
+        "-m",
+        "pipelines.entrypoints.cli",
+        "index",
+        "--knowledge",
+        str(kb),
+        "--data-dir",
+        str(data),
+        *flags,
+    ]
     done = subprocess.run(
         _unprivileged([*command, "--json", "--quiet"]),
         cwd=REPO_ROOT,

@@ -70,7 +70,17 @@ def _env() -> dict[str, str]:
 
 
 def _index(kb: Path, data: Path, *flags: str) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "pipelines.cli", "index", "--knowledge", str(kb), "--data-dir", str(data), *flags]
+    command = [
+        sys.executable,
+        "-m",
+        "pipelines.entrypoints.cli",
+        "index",
+        "--knowledge",
+        str(kb),
+        "--data-dir",
+        str(data),
+        *flags,
+    ]
     return subprocess.Popen(command, cwd=REPO_ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 

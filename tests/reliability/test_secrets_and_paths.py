@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "pipelines.cli", *args]
+    command = [sys.executable, "-m", "pipelines.entrypoints.cli", *args]
     full_env = {**os.environ, **env}
     return subprocess.run(
         command, cwd=REPO_ROOT, env=full_env, capture_output=True, text=True, timeout=300, check=False
@@ -64,7 +64,7 @@ class TestSecrets:
             assert not [text for text in outputs if secret in text], secret
 
     def test_the_password_secret_reaches_the_connection_and_not_the_configuration(self, postgres_server, monkeypatch):
-        from components.trace_recorder import TraceRecorder
+        from components.trace.trace_recorder import TraceRecorder
 
         monkeypatch.setenv("TRACE_DB_PASSWORD", "s3cret-from-env")
         recorder = TraceRecorder(database_url=postgres_server.url())
@@ -77,7 +77,7 @@ class TestSecrets:
 
 class TestPaths:
     def test_nothing_is_written_outside_the_data_folder(self, tmp_path, monkeypatch):
-        from pipelines.cli import main
+        from pipelines.entrypoints.cli import main
 
         monkeypatch.delenv("TRACE_DB_URL", raising=False)
         monkeypatch.delenv("MILVUS_URI", raising=False)

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from components.filtered_retry_retriever import FilteredRetryRetriever
+from components.retrievers.filtered_retry_retriever import FilteredRetryRetriever
 from components.trace.trace_store import TraceStore
 from pipelines import load_pipeline, lookup
 from pipelines.loading import node_of_type
@@ -27,7 +27,7 @@ from tests.postgres_server import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "disk usage above 90 percent on a node"
-_CLI = [sys.executable, "-m", "pipelines.cli"]
+_CLI = [sys.executable, "-m", "pipelines.entrypoints.cli"]
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ def _env(uri: str | None) -> dict[str, str]:
 
 
 def _cli(*args: str, uri: str | None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "pipelines.cli", *args]
+    command = [sys.executable, "-m", "pipelines.entrypoints.cli", *args]
     return subprocess.run(
         command, cwd=REPO_ROOT, env=_env(uri), capture_output=True, text=True, timeout=timeout, check=False
     )
@@ -60,7 +60,7 @@ def lite_server(request, tmp_path) -> Iterator[str | None]:
 
 def test_a_process_outside_the_project_holding_the_folder_is_named_in_one_line(tmp_path, capsys):
     """Milvus Lite opened by someone else's script cannot be shared: said in one line, with what to do."""
-    from pipelines.cli import main
+    from pipelines.entrypoints.cli import main
 
     data = tmp_path / "data"
     data.mkdir()
@@ -226,7 +226,7 @@ class TestOnTheDefaultDataFolder:
         data = tmp_path / "data"
         assert _cli("index", "--knowledge", str(kb), "--data-dir", str(data), uri=None).returncode == 0
         _wait_for_no_host(data)
-        ask = [sys.executable, "-m", "pipelines.cli", "ask", QUESTION, "--data-dir", str(data), "--json"]
+        ask = [sys.executable, "-m", "pipelines.entrypoints.cli", "ask", QUESTION, "--data-dir", str(data), "--json"]
         done = _started_together([ask] * 4, _env(None))
         for proc in done:
             assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr

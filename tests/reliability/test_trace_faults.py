@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from haystack import Document
 
-from components.session_evidence_filter import SessionEvidenceFilter
+from components.evidence.session_evidence_filter import SessionEvidenceFilter
 from components.trace import trace_store
+from components.trace.trace_recorder import TraceRecorder
 from components.trace.trace_spool import TraceSpool
 from components.trace.trace_store import ToolInvocation, TraceStore
-from components.trace_recorder import TraceRecorder
 from pipelines import load_pipeline, lookup
 from tests.conftest import REPO_ROOT, index_tiny_kb
 
@@ -34,7 +34,7 @@ SLACK_S = 0.75
 #: what one `ask` process may take beyond another on that machine (two cold starts compared)
 PROCESS_SLACK_S = 1.5
 TINY_QUESTION = "What should I do when the disk is full?"
-_CLI = [sys.executable, "-m", "pipelines.cli"]
+_CLI = [sys.executable, "-m", "pipelines.entrypoints.cli"]
 
 
 def _row(query: str, session_id: str | None = "s1", keys: tuple[str, ...] = ("a.md#0",)) -> ToolInvocation:
@@ -369,7 +369,16 @@ class TestConcurrentReplays:
             path.write_text("".join(lines))
             os.utime(path, (0, 0) if path != spool else (time.time() - 3600, time.time() - 3600))
         env = {"PATH": "/usr/bin:/bin", "HAYSTACK_TELEMETRY_ENABLED": "False"}
-        command = [sys.executable, "-m", "pipelines.cli", "trace", "replay", "--json", "--data-dir", str(data)]
+        command = [
+            sys.executable,
+            "-m",
+            "pipelines.entrypoints.cli",
+            "trace",
+            "replay",
+            "--json",
+            "--data-dir",
+            str(data),
+        ]
         procs = [
             subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for _ in range(6)

@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from components.l0_hint_provider import L0HintProvider
-from components.sidecar_retriever import SidecarRetriever
+from components.query.l0_hint_provider import L0HintProvider
+from components.retrievers.sidecar_retriever import SidecarRetriever
 from components.trace.trace_store import TraceStore
 from pipelines import load_pipeline, lookup
 from pipelines.loading import node_of_type
@@ -131,7 +131,7 @@ class TestCommandLine:
     @staticmethod
     def _cli(trace_url: str, *args: bytes) -> subprocess.CompletedProcess[bytes]:
         # a process of its own, so argv really is bytes; undecodable ones become lone surrogates, as in a shell
-        argv = [sys.executable.encode(), b"-m", b"pipelines.cli", *args]
+        argv = [sys.executable.encode(), b"-m", b"pipelines.entrypoints.cli", *args]
         env = {"TRACE_DB_URL": trace_url, "PATH": "/usr/bin:/bin", "HAYSTACK_TELEMETRY_ENABLED": "False"}
         return subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, env=env, timeout=300, check=False)
 
@@ -335,7 +335,7 @@ class TestReplayCommand:
         assert store.count() == 0  # the database exists (replay refuses a data folder that recorded nothing)
         store.close()
         env = {"TRACE_DB_URL": trace_url, "PATH": "/usr/bin:/bin", "HAYSTACK_TELEMETRY_ENABLED": "False"}
-        command = [sys.executable, "-m", "pipelines.cli", "trace", "replay", "--data-dir", str(data)]
+        command = [sys.executable, "-m", "pipelines.entrypoints.cli", "trace", "replay", "--data-dir", str(data)]
         done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, env=env, timeout=120)
         assert done.returncode == 0, done.stderr
         assert outside.read_text() == "not the spool's\n"

@@ -11,7 +11,6 @@ from haystack import Document
 from haystack.utils import Secret
 
 from components.core.embedding_backends import get_backend
-from components.milvus_chunk_writer import MilvusChunkWriter
 from components.store.knowledge_collection import (
     WARM_UP_QUERY,
     CollectionMismatchError,
@@ -21,6 +20,7 @@ from components.store.knowledge_collection import (
 from components.store.knowledge_index import KnowledgeIndex
 from components.store.lexical import TermStatistics, lexical_text, tokenize
 from components.store.schema import CollectionSchema
+from components.writers.milvus_chunk_writer import MilvusChunkWriter
 from tests.conftest import index_tiny_kb
 
 CATEGORY = "meta.category"

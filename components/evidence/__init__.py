@@ -1,0 +1,1 @@
+"""The evidence steps: the gate, session memory, dedup, the context pack and the assembled result."""

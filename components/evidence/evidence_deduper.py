@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from haystack import Document, component
+
+from components.core.frozen import Documents, FrozenDict, FrozenList
+from components.core.scores import document_key
+
+
+@component
+class EvidenceDeduper:
+    """
+    Removes duplicate evidence by chunk-level `evidence_key`, caps blocks per document, and accounts for every drop.
+
+    Identity is the chunk (`source#chunk_index`), never the source alone: distinct chunks of one document stay
+    separate, up to `max_per_document`. Candidates sharing a key collapse into one block that keeps the best score
+    and the hit reasons of all of them. At most `max_blocks` blocks are kept, in input (rank) order.
+
+    ### Usage example
+
+    ```python
+    from components.evidence.evidence_deduper import EvidenceDeduper
+
+    out = EvidenceDeduper(max_per_document=2).run(documents=reranked)
+    print(out["dedup_summary"]["dropped"])
+    ```
+    """
+
+    def __init__(self, max_per_document: int = 2, max_blocks: int = 6) -> None:
+        """
+        Create the deduper.
+
+        :param max_per_document: Most blocks kept from one document.
+        :param max_blocks: Most blocks kept overall.
+        :raises ValueError: If a bound is not positive.
+        """
+        if max_per_document < 1 or max_blocks < 1:
+            msg = f"max_per_document={max_per_document!r} and max_blocks={max_blocks!r} must be positive"
+            raise ValueError(msg)
+        self.max_per_document = max_per_document
+        self.max_blocks = max_blocks
+
+    @component.output_types(documents=FrozenList[Document], dedup_summary=FrozenDict)
+    def run(self, documents: Documents) -> dict[str, Any]:
+        """
+        Deduplicate ranked candidates.
+
+        :param documents: Ranked candidates with `evidence_key`, `source` and `hit_reasons` in meta (a list or a
+            `FrozenList`).
+        :returns: `documents` (the kept blocks, copies) and `dedup_summary` (`candidate_count`, `final_count`,
+            `dropped`: `{evidence_key, source, reason}` with reason `duplicate_key`, `per_document_cap` or
+            `max_blocks`), read-only (`FrozenList`, `FrozenDict`): the pipeline hands them on without copying.
+        """
+        merged: dict[str, Document] = {}
+        dropped: list[dict[str, Any]] = []
+        for doc in documents:
+            key = str(doc.meta.get("evidence_key") or doc.id)
+            if key in merged:
+                kept = merged[key]
+                reasons = list(dict.fromkeys([*kept.meta.get("hit_reasons", []), *doc.meta.get("hit_reasons", [])]))
+                paths = sorted({str(d.meta["attempt"]) for d in (kept, doc) if d.meta.get("attempt")})
+                merged[key] = replace(
+                    kept,
+                    score=max(kept.score or 0.0, doc.score or 0.0),
+                    meta={**kept.meta, "hit_reasons": reasons, "merged_from": paths},
+                )
+                dropped.append({"evidence_key": key, "source": doc.meta.get("source"), "reason": "duplicate_key"})
+            else:
+                merged[key] = replace(doc, meta=dict(doc.meta))
+        kept_blocks: list[Document] = []
+        per_doc: dict[str, int] = {}
+        for key, doc in merged.items():
+            doc_key = document_key(doc.meta, key)
+            reason = None
+            if per_doc.get(doc_key, 0) >= self.max_per_document:
+                reason = "per_document_cap"
+            elif len(kept_blocks) >= self.max_blocks:
+                reason = "max_blocks"
+            if reason:
+                dropped.append({"evidence_key": key, "source": doc.meta.get("source"), "reason": reason})
+                continue
+            per_doc[doc_key] = per_doc.get(doc_key, 0) + 1
+            kept_blocks.append(doc)
+        summary = {
+            "candidate_count": len(documents),
+            "final_count": len(kept_blocks),
+            "max_per_document": self.max_per_document,
+            "max_blocks": self.max_blocks,
+            "dropped": dropped,
+        }
+        return {"documents": FrozenList(kept_blocks), "dedup_summary": FrozenDict(summary)}

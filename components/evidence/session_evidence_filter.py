@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+from typing import Any
+
+from haystack import Document, component, logging
+from haystack.utils import Secret
+
+from components.core.frozen import Documents, FrozenList
+from components.trace.safe_text import safe_text
+from components.trace.session_key import normalize_session_id
+from components.trace.trace_store import PASSWORD_ENV, TraceStore
+
+logger = logging.getLogger(__name__)
+
+
+@component
+class SessionEvidenceFilter:
+    """
+    Holds back evidence already returned earlier in the same session, so an agent never consumes it twice.
+
+    The memory is the trace store itself: the evidence keys of earlier `found` lookups of the session, matched by the
+    digest of the whole normalized session id (two sessions never share memory, however long their ids). Without a
+    `session_id` nothing is held back. If the trace database cannot be read within `timeout_s` (a stopped server is
+    not waited for), only what the spool (and rows waiting in memory) remember is held back and the summary says why
+    (better a repeat than a lost answer); a spooled row of the wrong shape is skipped, never an error.
+
+    ### Usage example
+
+    ```python
+    from components.evidence.session_evidence_filter import SessionEvidenceFilter
+
+    out = SessionEvidenceFilter(database_url="sqlite:///data/traces.db").run(documents=blocks, session_id="s1")
+    print(out["session_summary"]["suppressed"])
+    ```
+    """
+
+    def __init__(
+        self,
+        database_url: str = "sqlite:///data/traces.db",
+        spool_path: str | None = "data/trace_spool.jsonl",
+        timeout_s: float = 0.5,
+        database_password: Secret | None = Secret.from_env_var(PASSWORD_ENV, strict=False),  # noqa: B008 - Haystack's idiom
+    ) -> None:
+        """
+        Create the filter.
+
+        :param database_url: The trace database (SQLAlchemy URL).
+        :param spool_path: The trace spool file, whose rows also count.
+        :param timeout_s: Longest wait for the trace database per lookup (from `warm_up` on, the first lookup's too).
+        :param database_password: The database password as a Haystack `Secret` (by default the `TRACE_DB_PASSWORD`
+            environment variable; a password written into `database_url` works too, but is part of the configuration).
+        :raises ValueError: If `database_url` is empty.
+        """
+        if not database_url:
+            msg = "database_url='' must be a SQLAlchemy URL such as sqlite:///data/traces.db"
+            raise ValueError(msg)
+        self.database_url = database_url
+        self.spool_path = spool_path
+        self.timeout_s = timeout_s
+        self.database_password = database_password
+        self._store = TraceStore(database_url, spool_path, timeout_s=timeout_s, password=database_password)
+
+    def warm_up(self) -> None:
+        """
+        Start connecting to the trace database in the background (idempotent): a lookup then waits at most
+        `timeout_s` for it, the first lookup of the process included.
+        """
+        self._store.connect_soon()
+
+    def close(self) -> None:
+        """Release the database connection."""
+        self._store.close()
+
+    @component.output_types(documents=FrozenList[Document], session_summary=dict[str, Any])
+    def run(self, documents: Documents, session_id: str | None = None) -> dict[str, Any]:
+        """
+        Drop blocks whose evidence key was already returned in the session.
+
+        :param documents: Final evidence blocks (a list or a `FrozenList`).
+        :param session_id: The caller's session; empty means no session dedup.
+        :returns: `documents` (the new blocks, a read-only `FrozenList`) and `session_summary` (`session_id`,
+            `previously_returned`, `suppressed` keys, `error`).
+        """
+        session_id = normalize_session_id(session_id)
+        summary: dict[str, Any] = {"session_id": session_id or None, "previously_returned": 0, "suppressed": []}
+        if not session_id or not documents:
+            return {"documents": FrozenList(documents), "session_summary": summary}
+        seen, error = self._store.session_memory(session_id)
+        if error:
+            logger.warning("Session memory partial: {error}", error=error)
+            summary["error"] = f"session memory partial (rows waiting in the spool only): {error}"
+        fresh = [d for d in documents if safe_text(str(d.meta.get("evidence_key"))) not in seen]
+        summary["previously_returned"] = len(seen)
+        summary["suppressed"] = [d.meta.get("evidence_key") for d in documents if d not in fresh]
+        return {"documents": FrozenList(fresh), "session_summary": summary}

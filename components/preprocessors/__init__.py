@@ -1,0 +1,1 @@
+"""Preprocessors: cleaning and chunking converted Documents."""

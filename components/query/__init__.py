@@ -1,0 +1,1 @@
+"""Query understanding: the query transform and the L0 hints (never evidence)."""

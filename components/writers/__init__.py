@@ -1,0 +1,1 @@
+"""Writers: embedded chunks into the knowledge store."""

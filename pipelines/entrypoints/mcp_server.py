@@ -1,0 +1,471 @@
+"""`lookup_knowledge` as an MCP server (the `mcp` SDK's `MCPServer`), over stdio or streamable HTTP.
+
+```bash
+lookup-knowledge serve                                  # stdio, ./data
+lookup-knowledge serve --transport http --port 8765     # http://127.0.0.1:8765/mcp
+```
+
+The lookup pipeline is loaded once at start-up. The tool takes `query` and an optional `session_id` and returns the
+same compact JSON as the Haystack tool (`pipelines.entrypoints.agent_tool`), as text content and as structured content.
+A rejected query or a failed lookup (Milvus unreachable, nothing indexed) is an `isError` tool result with the reason;
+the server keeps serving. Every call that reaches the tool is recorded in the trace database with the caller's
+`session_id`; calls whose arguments do not match the input schema (no `query`, a non-string `query`) are answered by
+the SDK before the tool runs. In stdio mode nothing but protocol messages reaches stdout: logs go to stderr, and the
+standard output descriptor points at stderr while the pipeline loads (and, thanks to the SDK, while serving). Every
+stdio message gets an answer: a line the SDK's parser refuses is read again as REST reads a body (a lone surrogate
+becomes its escape, as text) and served, or answered with a JSON-RPC error (`AnsweringReadStream`).
+
+Over HTTP the server binds to loopback. Any other address needs `allow_remote` (`--allow-remote`) *and* a bearer
+token in `LOOKUP_KNOWLEDGE_TOKEN`; with a token set, every request without `Authorization: Bearer <token>` gets 401,
+on loopback too (one comparison for `/mcp` and every REST route: `pipelines.entrypoints.rest_api.bearer_token_matches`,
+constant time, on bytes). A token that no request could send is refused at start-up (`check_token`): blank, with
+whitespace at either end, or not printable ASCII. DNS-rebinding protection stays on: only loopback Host headers, the
+bind address and `allowed_hosts` (`--allowed-host`) are served.
+
+The same HTTP server also serves the REST routes of `pipelines.entrypoints.rest_api` (`POST /lookup`, Dify's `POST
+/retrieval`, `GET /health`, `GET /openapi.json`) on the same tool, under the same Host check and token (`/retrieval`
+answers a missing or wrong token in Dify's shape, 403).
+"""
+
+from __future__ import annotations
+
+import json
+import logging as stdlib_logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
+
+import anyio
+from haystack import logging
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.message import SessionMessage
+from mcp.types import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    CallToolResult,
+    ErrorData,
+    JSONRPCError,
+    TextContent,
+    jsonrpc_message_adapter,
+)
+from pydantic import Field, ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from pipelines.entrypoints.agent_tool import (
+    TOOL_DESCRIPTION,
+    TOOL_NAME,
+    TOOL_PARAMETERS,
+    LookupKnowledgeTool,
+    LookupToolError,
+    compact_result_json,
+    lookup_knowledge_tool,
+)
+from pipelines.entrypoints.rest_api import (
+    RETRIEVAL_PATH,
+    authorization_header,
+    bearer_token_matches,
+    load_json,
+    rest_routes,
+)
+from pipelines.service import KnowledgeService
+from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, DEFAULT_MCP_HOST, DEFAULT_MCP_PORT
+
+__all__ = [
+    "AnsweringReadStream",
+    "build_server",
+    "check_token",
+    "http_app",
+    "read_again",
+    "serve",
+    "serve_stdio",
+    "transport_security",
+]
+
+logger = logging.getLogger(__name__)
+
+SERVER_NAME = "lookup-knowledge"
+HTTP_PATH = "/mcp"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+AUTH_ENV = "LOOKUP_KNOWLEDGE_TOKEN"
+_LOOPBACK_HOST_HEADERS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+#: deepest stdio message read again: the SDK's own JSON parser's limit (pydantic-core's 200 levels)
+STDIO_MAX_JSON_DEPTH = 200
+
+SERVER_INSTRUCTIONS = (
+    "Evidence-first knowledge lookup. Call lookup_knowledge before answering questions about the knowledge base; "
+    "answer only from the evidence it returns and cite its sources. Pass the same session_id on every call of a "
+    "conversation."
+)
+
+_QUERY_DESCRIPTION = TOOL_PARAMETERS["properties"]["query"]["description"]
+_SESSION_DESCRIPTION = TOOL_PARAMETERS["properties"]["session_id"]["description"]
+
+
+def build_server(tool: LookupKnowledgeTool, *, log_level: str = "WARNING") -> MCPServer:
+    """
+    Build the MCP server around a `lookup_knowledge` tool (whose pipeline is loaded).
+
+    :param tool: From `pipelines.entrypoints.agent_tool.lookup_knowledge_tool`.
+    :param log_level: The SDK's log level (logs go to stderr).
+    :returns: The server, with the one tool `lookup_knowledge`.
+    """
+    server: MCPServer = MCPServer(
+        SERVER_NAME,
+        instructions=SERVER_INSTRUCTIONS,
+        log_level=log_level,  # type: ignore[arg-type]
+    )
+
+    def lookup_knowledge(
+        query: Annotated[str, Field(description=_QUERY_DESCRIPTION)],
+        session_id: Annotated[str | None, Field(description=_SESSION_DESCRIPTION)] = None,
+    ) -> CallToolResult:
+        """Run one lookup; runs in a worker thread (the tool serializes its pipeline runs)."""
+        try:
+            compact = tool.lookup(query, session_id=session_id)
+        except LookupToolError as err:
+            raise ToolError(str(err)) from err
+        except Exception as err:  # a crash inside the pipeline: still a tool error, never a dead server
+            logger.exception("lookup_knowledge failed: {error}", error=err)
+            msg = f"{TOOL_NAME} failed: {type(err).__name__}: {err}. Tell the user the knowledge lookup failed."
+            raise ToolError(msg) from err
+        return CallToolResult(
+            content=[TextContent(type="text", text=compact_result_json(compact))],
+            structured_content=compact,
+        )
+
+    server.add_tool(lookup_knowledge, name=TOOL_NAME, description=TOOL_DESCRIPTION, structured_output=False)
+    return server
+
+
+@contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Point the standard output descriptor at stderr (for this process and the children it starts meanwhile)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _refused_line(error: Exception) -> str | None:
+    """The line the SDK's stdio reader could not parse as JSON, or None when it parsed but is no JSON-RPC message."""
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        if first["type"] == "json_invalid" and isinstance(first.get("input"), str):
+            return str(first["input"])
+    return None
+
+
+def _request_id(data: Any) -> str | int | None:
+    request_id = data.get("id") if isinstance(data, dict) else None
+    return request_id if isinstance(request_id, str | int) and not isinstance(request_id, bool) else None
+
+
+def _answer(request_id: str | int | None, code: int, reason: str) -> SessionMessage:
+    logger.warning("MCP stdio: answered an unreadable message with {code}: {reason}", code=code, reason=reason)
+    return SessionMessage(JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=code, message=reason)))
+
+
+def read_again(error: Exception) -> SessionMessage:
+    """
+    Read again a stdio line that the SDK's reader refused, as REST reads a body, or answer it.
+
+    :param error: What the SDK's stdio reader made of the line (its parser's `ValidationError`).
+    :returns: The message to serve (the line's JSON, nesting bounded, lone surrogates escaped: `load_json`), or a
+        JSON-RPC error to send back: parse error (-32700) for a line that is not JSON, invalid request (-32600) for
+        JSON that is no JSON-RPC message, with the request's id when the line has one (else null, as JSON-RPC says).
+    """
+    line = _refused_line(error)
+    if line is None:
+        return _answer(None, INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
+    try:
+        data = load_json(line, STDIO_MAX_JSON_DEPTH)
+    except ValueError as err:
+        return _answer(None, PARSE_ERROR, f"Parse error: {err}")
+    try:
+        return SessionMessage(jsonrpc_message_adapter.validate_python(data, by_name=False))
+    except ValidationError:
+        return _answer(_request_id(data), INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
+
+
+class AnsweringReadStream:
+    """
+    The stdio transport's read stream, where no message goes unanswered.
+
+    The SDK's stdio reader passes the server an exception for a line its JSON parser refuses (a lone surrogate such
+    as `"\\ud800"`, which Python's parser reads; a line that is not JSON), and the server only logs it: the client
+    would wait for its answer forever. Here each such line is read again (`read_again`) and served, or answered with
+    a JSON-RPC error.
+    """
+
+    def __init__(self, inner: Any, answers: Any) -> None:
+        """
+        :param inner: The transport's read stream (`mcp.server.stdio.stdio_server`).
+        :param answers: The transport's write stream, for the errors.
+        """
+        self._inner = inner
+        self._answers = answers
+
+    @property
+    def last_context(self) -> Any:
+        """The sender's context of the last message: the server's loop reads it off its stream."""
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> SessionMessage | Exception:
+        """
+        :returns: The next message to serve (an unreadable line was answered meanwhile).
+        :raises anyio.EndOfStream: At the end of the input.
+        """
+        while True:
+            item = await self._inner.receive()
+            if not isinstance(item, Exception):
+                return item
+            try:
+                read = read_again(item)
+            except Exception as err:  # still an answer, never a dead server
+                logger.exception("MCP stdio: reading a message again failed: {error}", error=err)
+                read = _answer(None, PARSE_ERROR, f"Parse error: {type(err).__name__}")
+            if not isinstance(read.message, JSONRPCError):
+                return read
+            await self._answers.send(read)
+
+    async def aclose(self) -> None:
+        """Close the transport's read stream."""
+        await self._inner.aclose()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+async def _serve_stdio(server: MCPServer) -> None:
+    # `MCPServer.run("stdio")`, with `AnsweringReadStream` between the transport and the server: `run` takes no
+    # streams, so the loop is run on the server's low-level server as `run` runs it
+    lowlevel = server._lowlevel_server
+    async with stdio_server() as (read_stream, write_stream):
+        answering = AnsweringReadStream(read_stream, write_stream)
+        await lowlevel.run(answering, write_stream, lowlevel.create_initialization_options())
+
+
+def serve_stdio(server: MCPServer) -> None:
+    """
+    Serve over stdio until the input ends, answering every message (`AnsweringReadStream`).
+
+    :param server: From `build_server`.
+    """
+    anyio.run(_serve_stdio, server)
+
+
+class BearerTokenMiddleware:
+    """ASGI middleware: every HTTP request must carry `Authorization: Bearer <token>`, else a one-line JSON 401."""
+
+    def __init__(self, app: Any, token: str, exempt_paths: tuple[str, ...] = ()) -> None:
+        """
+        Wrap an ASGI app.
+
+        :param app: The app.
+        :param token: The expected token.
+        :param exempt_paths: Paths whose route checks the token itself (Dify's `/retrieval`, to answer in Dify's
+            error shape).
+        """
+        self.app = app
+        self._token = token
+        self._exempt = exempt_paths
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Serve one ASGI connection; lifespan events pass through."""
+        guarded = scope["type"] == "http" and scope.get("path") not in self._exempt
+        if guarded and not bearer_token_matches(authorization_header(scope.get("headers") or []), self._token):
+            body = json.dumps({"error": "unauthorized", "detail": f"send Authorization: Bearer <{AUTH_ENV}>"})
+            headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
+            await send({"type": "http.response.start", "status": 401, "headers": headers})
+            await send({"type": "http.response.body", "body": body.encode()})
+            return
+        await self.app(scope, receive, send)
+
+
+def check_token(token: str | None) -> str | None:
+    """
+    Refuse a bearer token that no request could send, in one line that never shows it.
+
+    :param token: The configured token (`LOOKUP_KNOWLEDGE_TOKEN`); None or empty is no token.
+    :returns: The token, or None for none.
+    :raises ValueError: If it is blank (a blank token is no token), has whitespace at either end (HTTP drops it from
+        a header) or a character that is not printable ASCII (a header is bytes, which servers and clients read as
+        Latin-1 or UTF-8 as they please, so such a token would match on one route and not on another).
+    """
+    if not token:
+        return None
+    fix = f"set {AUTH_ENV} to printable ASCII, e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+    if not token.strip():
+        msg = f"{AUTH_ENV} is blank, which is no token: {fix}, or unset it"
+        raise ValueError(msg)
+    if token != token.strip():
+        msg = f"{AUTH_ENV} has whitespace at its start or end, which HTTP drops from the header: {fix}"
+        raise ValueError(msg)
+    if not all(" " <= char <= "~" for char in token):
+        msg = f"{AUTH_ENV} has a character that is not printable ASCII, which HTTP headers do not carry alike: {fix}"
+        raise ValueError(msg)
+    return token
+
+
+def check_bind(host: str, allow_remote: bool, token: str | None) -> None:
+    """
+    Refuse to serve beyond loopback unless asked to, with a token.
+
+    :param host: The bind address.
+    :param allow_remote: The operator's explicit consent (`--allow-remote`).
+    :param token: The bearer token (`LOOKUP_KNOWLEDGE_TOKEN`).
+    :raises ValueError: If a non-loopback host lacks `allow_remote` or a token, with the fix.
+    """
+    if host in LOOPBACK_HOSTS:
+        return
+    if not allow_remote:
+        msg = f"--host {host} is not a loopback address; serving beyond this machine needs --allow-remote"
+        raise ValueError(msg)
+    if not token:
+        msg = f"--host {host} needs a bearer token: set {AUTH_ENV} (every request must then send it)"
+        raise ValueError(msg)
+
+
+def transport_security(host: str, allowed_hosts: list[str] | None = None) -> TransportSecuritySettings:
+    """
+    DNS-rebinding protection: the Host (and Origin) headers served, for `/mcp` and the REST routes alike.
+
+    :param host: The bind address (served as a Host header too, unless it is a wildcard address).
+    :param allowed_hosts: More Host header values to serve (`name` or `name:port`).
+    :returns: The settings (protection on).
+    """
+    names = [h if ":" in h else f"{h}:*" for h in allowed_hosts or []]
+    if host not in (*LOOPBACK_HOSTS, "0.0.0.0", "::"):  # noqa: S104 - a wildcard is no Host header
+        names.append(f"{host}:*")
+    hosts = [*_LOOPBACK_HOST_HEADERS, *names]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{h}" for h in hosts] + [f"https://{h}" for h in names],
+    )
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Unknown path, wrong method: one line of JSON like every other refusal."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    word = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")
+    detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
+    return JSONResponse({"error": word, "detail": f"{request.method} {request.url.path}: {detail}"}, status)
+
+
+def http_app(
+    server: MCPServer,
+    host: str,
+    token: str | None = None,
+    allowed_hosts: list[str] | None = None,
+    service: KnowledgeService | None = None,
+) -> Any:
+    """
+    The HTTP ASGI app: streamable HTTP at `/mcp` and, given a service, the REST routes beside it (one Starlette app,
+    one lifespan: the MCP session manager's). DNS-rebinding protection always on, the bearer token checked when set.
+
+    :param server: From `build_server`.
+    :param host: The bind address (served as a Host header too, unless it is a wildcard address).
+    :param token: The bearer token, or None (loopback only, see `check_bind`).
+    :param allowed_hosts: More Host header values to serve (`name` or `name:port`).
+    :param service: The REST routes' service, the tool's (`pipelines.service.KnowledgeService`); None serves
+        `/mcp` only.
+    :returns: The ASGI app.
+    :raises ValueError: If the token is one no request could send (`check_token`).
+    """
+    token = check_token(token)
+    security = transport_security(host, allowed_hosts)
+    mcp_app = server.streamable_http_app(streamable_http_path=HTTP_PATH, transport_security=security, host=host)
+    routes = rest_routes(service, security, token) if service is not None else []
+    # the MCP app's own routes (it has no middleware without the SDK's OAuth) and its lifespan, which runs the
+    # session manager: a Mount would hand unknown paths to the inner app's plain-text 404
+    app = Starlette(
+        routes=[*routes, *mcp_app.routes],
+        lifespan=mcp_app.router.lifespan_context,
+        exception_handlers={HTTPException: _http_error},
+    )
+    return BearerTokenMiddleware(app, token, exempt_paths=(RETRIEVAL_PATH,) if routes else ()) if token else app
+
+
+def serve(
+    transport: Literal["stdio", "http"] = "stdio",
+    host: str = DEFAULT_MCP_HOST,
+    port: int = DEFAULT_MCP_PORT,
+    data_dir: str | Path | None = None,
+    pipeline_path: str | Path | None = None,
+    allow_remote: bool = False,
+    allowed_hosts: list[str] | None = None,
+) -> None:
+    """
+    Load the lookup pipeline once and serve `lookup_knowledge` until the client disconnects (stdio) or the process
+    is stopped (http).
+
+    :param transport: `stdio` (for a client that starts the server) or `http` (streamable HTTP at `/mcp`, and the
+        REST routes of `pipelines.entrypoints.rest_api`).
+    :param host: HTTP bind address; loopback by default.
+    :param port: HTTP port.
+    :param data_dir: Data folder (else `LOOKUP_KNOWLEDGE_DATA_DIR`, else `./data`); `MILVUS_URI` and `TRACE_DB_URL`
+        apply as everywhere.
+    :param pipeline_path: The lookup pipeline YAML (default `pipelines.yaml`).
+    :param allow_remote: Allow a non-loopback `host` (which then also needs `LOOKUP_KNOWLEDGE_TOKEN`).
+    :param allowed_hosts: More Host header values to serve over HTTP (e.g. the name clients use).
+    :raises ValueError: If `transport` is unknown, the pipeline file is not a pipeline, the bind is refused, or the
+        HTTP token is one no request could send (`check_token`).
+    :raises FileNotFoundError: If the pipeline file does not exist.
+    """
+    if transport not in ("stdio", "http"):
+        msg = f"transport must be 'stdio' or 'http', not {transport!r}"
+        raise ValueError(msg)
+    # pymilvus logs every failed RPC itself; the tool error and the trace carry the reason once
+    stdlib_logging.getLogger("pymilvus").setLevel(stdlib_logging.CRITICAL)
+    # one INFO line per component and call is too much for a server log
+    stdlib_logging.getLogger("haystack").setLevel(stdlib_logging.WARNING)
+    path = pipeline_path or DEFAULT_LOOKUP_PIPELINE
+    if transport == "stdio":
+        with _stdout_to_stderr():  # loading may start Milvus Lite; nothing it prints may reach the protocol stream
+            tool = lookup_knowledge_tool(path, data_dir=data_dir)
+        serve_stdio(build_server(tool))
+        return
+    token = check_token(os.environ.get(AUTH_ENV))  # both before loading anything
+    check_bind(host, allow_remote, token)
+    tool = lookup_knowledge_tool(path, data_dir=data_dir)
+    server = build_server(tool, log_level="INFO")
+    logger.info(
+        "Serving {tool} over streamable HTTP at http://{host}:{port}{path}, REST at /lookup, /retrieval (Dify), "
+        "/health, /openapi.json (bearer token {auth})",
+        tool=TOOL_NAME,
+        host=host,
+        port=port,
+        path=HTTP_PATH,
+        auth="required" if token else "off: loopback only",
+    )
+    import uvicorn
+
+    app = http_app(server, host, token, allowed_hosts, service=tool.service)
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()

@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from haystack.core.serialization import component_from_dict, component_to_dict
+
+from components.converters.markdown_loader import MarkdownKnowledgeLoader, parse_knowledge_file
+
+
+class TestMarkdownKnowledgeLoader:
+    def test_init_defaults_and_invalid(self):
+        assert MarkdownKnowledgeLoader().root == "knowledge"
+        with pytest.raises(ValueError, match="root=''"):
+            MarkdownKnowledgeLoader(root="")
+        for kwargs, match in (
+            ({"max_file_bytes": 0}, "max_file_bytes=0"),
+            ({"max_frontmatter_bytes": -1}, "max_frontmatter_bytes=-1"),
+            ({"max_frontmatter_aliases": -1}, "max_frontmatter_aliases=-1"),
+        ):
+            with pytest.raises(ValueError, match=match):
+                MarkdownKnowledgeLoader(**kwargs)
+
+    def test_to_dict_from_dict(self):
+        loader = MarkdownKnowledgeLoader(
+            root="kb", max_file_bytes=1000, max_frontmatter_bytes=100, max_frontmatter_aliases=0
+        )
+        data = component_to_dict(loader, "loader")
+        assert data["init_parameters"] == {
+            "root": "kb",
+            "max_file_bytes": 1000,
+            "max_frontmatter_bytes": 100,
+            "max_frontmatter_aliases": 0,
+        }
+        restored = component_from_dict(MarkdownKnowledgeLoader, data, "loader")
+        assert (restored.root, restored.max_file_bytes, restored.max_frontmatter_aliases) == ("kb", 1000, 0)
+
+    def test_run_loads_frontmatter_and_body(self, tiny_kb: Path):
+        result = MarkdownKnowledgeLoader(root=str(tiny_kb)).run(sources=[str(tiny_kb / "payments/refund.md")])
+        assert result["failures"] == []
+        doc = result["documents"][0]
+        assert doc.meta["doc_id"] == "payments-refund"
+        assert doc.meta["source"] == "payments/refund.md"
+        assert doc.meta["title"] == "退款处理流程"
+        assert doc.meta["category"] == "payments"
+        assert doc.meta["keywords"] == ["退款", "原路退回"]
+        assert doc.meta["entities"] == ["refund-worker"]
+        assert len(doc.meta["doc_version"]) == 16
+        assert doc.content.lstrip().startswith("# 退款处理流程")
+        assert "---" not in doc.content.split("\n")[0]
+
+    def test_defaults_for_missing_fields_and_extra_keys_kept(self):
+        doc = parse_knowledge_file(b"---\ndomain: ops\nowner: sre\n---\n# Heading Title\n\nbody", "x/y.md")
+        assert doc.meta["doc_id"] == "x/y.md"
+        assert doc.meta["title"] == "Heading Title"
+        assert doc.meta["category"] == "ops"
+        assert doc.meta["owner"] == "sre"
+        assert doc.meta["keywords"] == []
+
+    def test_no_frontmatter_uses_file_stem_without_heading(self):
+        doc = parse_knowledge_file(b"just text", "notes/readme.md")
+        assert doc.meta["title"] == "readme"
+        assert doc.meta["category"] == ""
+
+    @pytest.mark.parametrize(
+        ("data", "reason"),
+        [
+            (b"---\ntitle: [unclosed\n---\nbody", "not valid YAML"),
+            (b"---\n- a\n- b\n---\nbody", "must be a YAML mapping"),
+            (b"---\ntitle: x\nbody without end", "no closing"),
+            (b"---\ntitle: x\n---\n   \n", "body is empty"),
+            (b"\xff\xfe broken", "not valid UTF-8"),
+            (b"---\nkeywords: {a: 1}\n---\nbody", "'keywords' must be a list"),
+            (b'---\n1: one\n"1": uno\n---\nbody', "has the key '1' twice"),
+        ],
+    )
+    def test_malformed_files_are_reported_and_the_rest_continues(self, tmp_path: Path, data: bytes, reason: str):
+        (tmp_path / "bad.md").write_bytes(data)
+        (tmp_path / "good.md").write_text("---\ntitle: Good\n---\n# Good\n\ntext", encoding="utf-8")
+        result = MarkdownKnowledgeLoader(root=str(tmp_path)).run(
+            sources=[str(tmp_path / "bad.md"), str(tmp_path / "good.md"), str(tmp_path / "missing.md")]
+        )
+        assert [d.meta["source"] for d in result["documents"]] == ["good.md"]
+        failures = {f["source"]: f["reason"] for f in result["failures"]}
+        assert reason in failures["bad.md"]
+        assert "No such file" in failures["missing.md"]
+
+    def test_keys_that_are_not_strings_become_strings_at_every_depth(self):
+        doc = parse_knowledge_file(b"---\n1: one\n2024-01-01: launch\nnested: [{2: two}]\n---\nbody", "k.md")
+        assert (doc.meta["1"], doc.meta["2024-01-01"], doc.meta["nested"]) == ("one", "launch", [{"2": "two"}])
+
+    def test_caps_are_applied_per_file(self, tmp_path: Path):
+        (tmp_path / "big.md").write_text("# Big\n\n" + "x" * 2000, encoding="utf-8")
+        (tmp_path / "alias.md").write_text("---\na: &x 1\nb: *x\n---\n# A\n\nbody", encoding="utf-8")
+        loader = MarkdownKnowledgeLoader(root=str(tmp_path), max_file_bytes=1000, max_frontmatter_aliases=0)
+        result = loader.run(sources=[str(tmp_path / "big.md"), str(tmp_path / "alias.md")])
+        reasons = {f["source"]: f["reason"] for f in result["failures"]}
+        assert "over the 1000-byte cap" in reasons["big.md"]
+        assert "1 YAML aliases, over the cap of 0" in reasons["alias.md"]
+        assert MarkdownKnowledgeLoader(root=str(tmp_path)).run(sources=[str(tmp_path / "alias.md")])["documents"]
+
+    def test_empty_input_gives_empty_output(self):
+        assert MarkdownKnowledgeLoader().run(sources=[]) == {"documents": [], "failures": []}
+
+    def test_version_changes_with_content(self):
+        a = parse_knowledge_file(b"# T\n\none", "a.md").meta["doc_version"]
+        b = parse_knowledge_file(b"# T\n\ntwo", "a.md").meta["doc_version"]
+        assert a != b

@@ -1,0 +1,293 @@
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
+
+from components.evidence.context_packer import ContextPacker
+from components.evidence.lookup_result_assembler import LookupResultAssembler
+from components.evidence.session_evidence_filter import SessionEvidenceFilter
+from components.trace.trace_recorder import TraceRecorder
+from components.trace.trace_store import ToolInvocation, TraceStore
+
+
+def _doc(key: str, content: str | None = None) -> Document:
+    source = key.split("#", maxsplit=1)[0]
+    return Document(
+        content=content or f"Evidence from {key}.",
+        score=0.9,
+        meta={"source": source, "evidence_key": key, "title": source, "hit_reasons": ["l1_unfiltered"]},
+    )
+
+
+def _row(session_id: str | None, keys: list[str], *, found: bool = True) -> ToolInvocation:
+    return ToolInvocation(
+        tool_name="lookup_knowledge",
+        session_id=session_id,
+        query="q",
+        found=found,
+        status="evidence" if found else "no_evidence",
+        retrieval_layer="L1",
+        evidence_block_count=len(keys),
+        retrieval_details={"evidence_blocks": [{"evidence_key": k, "preview": "..."} for k in keys]},
+    )
+
+
+def _blocked_url(tmp_path: Path) -> str:
+    """A SQLite URL under a regular file: the database can be neither created nor read."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a directory")
+    return f"sqlite:///{blocker}/sub/traces.db"
+
+
+@pytest.fixture
+def db_url(tmp_path):
+    return f"sqlite:///{tmp_path}/traces.db"
+
+
+@pytest.fixture
+def seeded(db_url):
+    """s1 already received a.md#0 and b.md#0; c.md#0 was only in a not-found row; s2 received d.md#0.
+
+    Rows without a session (None or "") returned n.md#0 and e.md#0.
+    """
+    store = TraceStore(db_url)
+    store.write(_row("s1", ["a.md#0"]))
+    store.write(_row("s1", ["b.md#0"]))
+    store.write(_row("s1", ["c.md#0"], found=False))
+    store.write(_row("s2", ["d.md#0"]))
+    store.write(_row(None, ["n.md#0"]))
+    store.write(_row("", ["e.md#0"]))
+    store.close()
+    return db_url
+
+
+@pytest.fixture
+def make_filter():
+    made: list[SessionEvidenceFilter] = []
+
+    def make(*args, **kwargs) -> SessionEvidenceFilter:
+        f = SessionEvidenceFilter(*args, **kwargs)
+        made.append(f)
+        return f
+
+    yield make
+    for f in made:
+        f.close()
+
+
+def _keys(docs: list[Document]) -> list[str]:
+    return [d.meta["evidence_key"] for d in docs]
+
+
+class TestSessionEvidenceFilter:
+    def test_init_defaults(self):
+        f = SessionEvidenceFilter()
+        assert f.database_url == "sqlite:///data/traces.db"
+        assert f.spool_path == "data/trace_spool.jsonl"
+
+    def test_init_custom(self, tmp_path, db_url):
+        f = SessionEvidenceFilter(database_url=db_url, spool_path=str(tmp_path / "spool.jsonl"))
+        assert (f.database_url, f.spool_path) == (db_url, str(tmp_path / "spool.jsonl"))
+
+    def test_invalid_init(self):
+        with pytest.raises(ValueError, match="database_url"):
+            SessionEvidenceFilter(database_url="")
+
+    def test_to_dict_from_dict(self, tmp_path, db_url):
+        spool = str(tmp_path / "spool.jsonl")
+        data = component_to_dict(
+            SessionEvidenceFilter(database_url=db_url, spool_path=spool, timeout_s=0.25), "session_filter"
+        )
+        assert data["init_parameters"] == {
+            "database_url": db_url,
+            "spool_path": spool,
+            "timeout_s": 0.25,
+            "database_password": {"type": "env_var", "env_vars": ["TRACE_DB_PASSWORD"], "strict": False},
+        }
+        restored = component_from_dict(SessionEvidenceFilter, data, "session_filter")
+        assert (restored.database_url, restored.spool_path, restored.timeout_s) == (db_url, spool, 0.25)
+
+    @pytest.mark.integration
+    def test_drops_blocks_already_returned_in_the_session(self, seeded, make_filter):
+        docs = [_doc("a.md#0"), _doc("x.md#0"), _doc("b.md#0"), _doc("y.md#1")]
+        out = make_filter(database_url=seeded).run(documents=docs, session_id="s1")
+        assert _keys(out["documents"]) == ["x.md#0", "y.md#1"]
+        summary = out["session_summary"]
+        assert summary["session_id"] == "s1"
+        assert summary["suppressed"] == ["a.md#0", "b.md#0"]
+        assert summary["previously_returned"] == 2
+        assert "error" not in summary
+
+    @pytest.mark.integration
+    def test_other_session_is_not_affected(self, seeded, make_filter):
+        docs = [_doc("a.md#0"), _doc("b.md#0"), _doc("d.md#0")]
+        out = make_filter(database_url=seeded).run(documents=docs, session_id="s2")
+        assert _keys(out["documents"]) == ["a.md#0", "b.md#0"]
+        assert out["session_summary"]["suppressed"] == ["d.md#0"]
+
+    @pytest.mark.integration
+    def test_unknown_session_keeps_everything(self, seeded, make_filter):
+        docs = [_doc("a.md#0"), _doc("b.md#0")]
+        out = make_filter(database_url=seeded).run(documents=docs, session_id="s3")
+        assert _keys(out["documents"]) == ["a.md#0", "b.md#0"]
+        assert out["session_summary"]["suppressed"] == []
+        assert out["session_summary"]["previously_returned"] == 0
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("session_id", [None, ""])
+    def test_without_session_nothing_is_held_back(self, seeded, make_filter, session_id):
+        docs = [_doc("a.md#0"), _doc("b.md#0"), _doc("d.md#0"), _doc("n.md#0"), _doc("e.md#0")]
+        out = make_filter(database_url=seeded).run(documents=docs, session_id=session_id)
+        assert _keys(out["documents"]) == ["a.md#0", "b.md#0", "d.md#0", "n.md#0", "e.md#0"]
+        assert out["session_summary"]["session_id"] is None
+        assert out["session_summary"]["suppressed"] == []
+
+    @pytest.mark.integration
+    def test_not_found_rows_do_not_count(self, seeded, make_filter):
+        out = make_filter(database_url=seeded).run(documents=[_doc("c.md#0")], session_id="s1")
+        assert _keys(out["documents"]) == ["c.md#0"]
+        assert out["session_summary"]["suppressed"] == []
+
+    @pytest.mark.integration
+    def test_spooled_rows_count(self, tmp_path, db_url, make_filter):
+        spool = tmp_path / "trace_spool.jsonl"
+        down = TraceStore(_blocked_url(tmp_path), spool_path=str(spool))
+        assert down.write(_row("s1", ["spooled.md#0"])) is None
+        assert down.write(_row("s1", ["spooled-miss.md#0"], found=False)) is None
+        down.close()
+        assert spool.exists()
+
+        docs = [_doc("spooled.md#0"), _doc("spooled-miss.md#0"), _doc("fresh.md#0")]
+        with_spool = make_filter(database_url=db_url, spool_path=str(spool)).run(documents=docs, session_id="s1")
+        assert _keys(with_spool["documents"]) == ["spooled-miss.md#0", "fresh.md#0"]
+        assert with_spool["session_summary"]["suppressed"] == ["spooled.md#0"]
+
+        without_spool = make_filter(database_url=db_url).run(documents=docs, session_id="s1")
+        assert _keys(without_spool["documents"]) == _keys(docs)
+
+    @pytest.mark.integration
+    def test_unreadable_database_passes_documents_through(self, tmp_path, make_filter):
+        docs = [_doc("a.md#0"), _doc("b.md#0")]
+        out = make_filter(database_url=_blocked_url(tmp_path)).run(documents=docs, session_id="s1")
+        assert out["documents"] == docs
+        summary = out["session_summary"]
+        assert summary["error"]
+        assert "unavailable" in summary["error"]
+        assert summary["suppressed"] == []
+
+    @pytest.mark.integration
+    def test_unreadable_database_still_holds_back_what_the_spool_remembers(self, tmp_path, make_filter):
+        spool = tmp_path / "spool.jsonl"
+        down = TraceStore(_blocked_url(tmp_path), spool_path=str(spool))
+        down.write(_row("s1", ["spooled.md#0"]))
+        down.close()
+        docs = [_doc("spooled.md#0"), _doc("fresh.md#0")]
+        out = make_filter(database_url=_blocked_url(tmp_path), spool_path=str(spool)).run(
+            documents=docs, session_id="s1"
+        )
+        assert _keys(out["documents"]) == ["fresh.md#0"]
+        assert out["session_summary"]["suppressed"] == ["spooled.md#0"]
+        assert "partial" in out["session_summary"]["error"]
+
+    @pytest.mark.integration
+    def test_new_rows_are_seen_by_the_same_filter(self, db_url, make_filter):
+        session_filter = make_filter(database_url=db_url)
+        docs = [_doc("a.md#0"), _doc("b.md#0")]
+        assert _keys(session_filter.run(documents=docs, session_id="s1")["documents"]) == ["a.md#0", "b.md#0"]
+        store = TraceStore(db_url)
+        store.write(_row("s1", ["a.md#0"]))
+        store.close()
+        assert _keys(session_filter.run(documents=docs, session_id="s1")["documents"]) == ["b.md#0"]
+
+    @pytest.mark.integration
+    def test_round_trip_with_recorder_gives_already_returned(self, db_url, make_filter):
+        """A lookup recorded by the TraceRecorder makes the same evidence `already_returned` next time."""
+        docs = [_doc("alerts/disk.md#0"), _doc("alerts/disk.md#1")]
+        session_filter = make_filter(database_url=db_url)
+        assembler = LookupResultAssembler()
+
+        def lookup() -> dict:
+            filtered = session_filter.run(documents=docs, session_id="s1")
+            kept = filtered["documents"]
+            return assembler.run(
+                query="disk full",
+                documents=kept,
+                context_pack=ContextPacker().run(documents=kept)["context_pack"],
+                retrieval_trace={"attempts": [{"name": "unfiltered", "mode": "dense", "candidate_count": 2}]},
+                rerank_trace={},
+                dedup_summary={"candidate_count": len(docs)},
+                session_summary=filtered["session_summary"],
+                session_id="s1",
+            )
+
+        first = lookup()
+        assert first["result"]["evidenceStatus"] == "evidence"
+        recorder = TraceRecorder(database_url=db_url)
+        assert recorder.run(result=first["result"], details=first["details"])["result"]["traceId"] is not None
+        recorder.close()
+
+        second = lookup()
+        assert second["result"]["evidenceStatus"] == "already_returned"
+        assert second["details"]["session"]["suppressed"] == ["alerts/disk.md#0", "alerts/disk.md#1"]
+
+    @pytest.mark.integration
+    def test_empty_documents(self, seeded, make_filter):
+        out = make_filter(database_url=seeded).run(documents=[], session_id="s1")
+        assert out["documents"] == []
+        assert out["session_summary"]["suppressed"] == []
+
+    def test_empty_documents_without_database(self, tmp_path, make_filter):
+        out = make_filter(database_url=f"sqlite:///{tmp_path}/never.db").run(documents=[], session_id=None)
+        assert out["documents"] == []
+        assert out["session_summary"] == {"session_id": None, "previously_returned": 0, "suppressed": []}
+
+    @pytest.mark.integration
+    def test_inputs_not_mutated(self, seeded, make_filter):
+        docs = [_doc("a.md#0"), _doc("x.md#0"), _doc("b.md#0")]
+        before = copy.deepcopy(docs)
+        out = make_filter(database_url=seeded).run(documents=docs, session_id="s1")
+        assert _keys(out["documents"]) == ["x.md#0"]
+        assert docs == before
+        assert out["documents"] is not docs
+
+    @pytest.mark.integration
+    def test_a_spooled_row_of_the_wrong_shape_never_fails_a_lookup_while_the_database_is_down(
+        self, tmp_path, make_filter, caplog
+    ):
+        spool = tmp_path / "trace_spool.jsonl"
+        garbage = _row("s1", ["garbage.md#0"]).model_dump(mode="json")
+        garbage["retrieval_details"] = "garbage"
+        down = TraceStore(_blocked_url(tmp_path), spool_path=str(spool))
+        down.write(_row("s1", ["spooled.md#0"]))
+        down.close()
+        with spool.open("a") as handle:
+            handle.write(json.dumps(garbage) + "\n")
+        docs = [_doc("spooled.md#0"), _doc("garbage.md#0"), _doc("fresh.md#0")]
+        session_filter = make_filter(database_url=_blocked_url(tmp_path), spool_path=str(spool))
+        for _ in range(2):  # every lookup of the session, not only the first
+            out = session_filter.run(documents=docs, session_id="s1")
+            assert _keys(out["documents"]) == ["garbage.md#0", "fresh.md#0"]
+            assert out["session_summary"]["suppressed"] == ["spooled.md#0"]
+        assert "wrong shape skipped" in caplog.text
+
+    @pytest.mark.integration
+    def test_sessions_that_share_their_first_200_characters_do_not_share_memory(self, db_url, make_filter):
+        first, second = "x" * 200 + "-first", "x" * 200 + "-second"
+        store = TraceStore(db_url)
+        store.write(_row(first, ["first.md#0"]))
+        store.close()
+        session_filter = make_filter(database_url=db_url)
+        docs = [_doc("first.md#0")]
+        assert _keys(session_filter.run(documents=docs, session_id=first)["documents"]) == []
+        assert _keys(session_filter.run(documents=docs, session_id=second)["documents"]) == ["first.md#0"]
+
+    @pytest.mark.integration
+    def test_the_session_is_its_normalized_id(self, seeded, make_filter):
+        out = make_filter(database_url=seeded).run(documents=[_doc("a.md#0"), _doc("x.md#0")], session_id=" s1\t")
+        assert _keys(out["documents"]) == ["x.md#0"]
+        assert out["session_summary"]["session_id"] == "s1"

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import pytest
+from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
+
+from components.preprocessors.heading_chunker import HeadingChunker, chunk_id
+
+BODY = (
+    "# Disk Full\n\nIntro.\n\n## Diagnosis\n\n"
+    + " ".join(f"Sentence {i} about disks." for i in range(80))
+    + "\n\n```bash\n# not a heading\n"
+    + "\n".join(f"echo line {i}" for i in range(60))
+    + "\n```\n\n### 查找大文件\n\n"
+    + "".join(f"当磁盘使用率超过百分之九十时{i}，请清理日志文件。" for i in range(40))
+)
+
+
+def _doc(body: str = BODY, **meta) -> Document:
+    base = {"source": "alerts/disk.md", "doc_id": "alerts-disk", "title": "Disk Full", "doc_version": "v1"}
+    return Document(content=body, meta={**base, **meta})
+
+
+class TestHeadingChunker:
+    def test_init_and_invalid(self):
+        chunker = HeadingChunker()
+        assert (chunker.max_chars, chunker.overlap_chars, chunker.cjk_weight) == (1200, 150, 3)
+        with pytest.raises(ValueError, match="max_chars=10"):
+            HeadingChunker(max_chars=10)
+        with pytest.raises(ValueError, match="overlap_chars=700"):
+            HeadingChunker(max_chars=1000, overlap_chars=700)
+        with pytest.raises(ValueError, match="cjk_weight=0"):
+            HeadingChunker(cjk_weight=0)
+
+    def test_to_dict_from_dict(self):
+        data = component_to_dict(HeadingChunker(max_chars=500, overlap_chars=50), "chunker")
+        assert data["init_parameters"] == {"max_chars": 500, "overlap_chars": 50, "cjk_weight": 3}
+        assert component_from_dict(HeadingChunker, data, "chunker").max_chars == 500
+
+    def test_breadcrumbs_follow_headings(self):
+        chunks = HeadingChunker(max_chars=400, overlap_chars=80).run([_doc()])["documents"]
+        crumbs = [c.meta["breadcrumb"] for c in chunks]
+        assert crumbs[0] == "Disk Full"
+        assert "Disk Full > Diagnosis" in crumbs
+        assert crumbs[-1] == "Disk Full > Diagnosis > 查找大文件"
+
+    def test_chunks_are_bounded_and_overlap(self):
+        chunker = HeadingChunker(max_chars=400, overlap_chars=80)
+        chunks = chunker.run([_doc()])["documents"]
+        prose = [c for c in chunks if "```" not in c.content]
+        assert all(chunker._size(c.content) <= 400 for c in prose)
+        diag = [c.content for c in prose if c.meta["breadcrumb"] == "Disk Full > Diagnosis"]
+        assert len(diag) >= 3
+        last_sentence = diag[0].rsplit(". ", 1)[-1]
+        assert last_sentence in diag[1]
+        assert not diag[1].startswith(diag[0][:40])
+
+    def test_code_block_is_never_cut(self):
+        chunks = HeadingChunker(max_chars=400, overlap_chars=80).run([_doc()])["documents"]
+        with_code = [c.content for c in chunks if "```bash" in c.content]
+        assert len(with_code) == 1
+        assert with_code[0].count("```") == 2
+        assert "echo line 0" in with_code[0] and "echo line 59" in with_code[0]
+        assert all(c.meta["breadcrumb"] != "Disk Full > Diagnosis > not a heading" for c in chunks)
+
+    def test_chinese_sentences_end_at_chinese_punctuation(self):
+        chunks = HeadingChunker(max_chars=300, overlap_chars=60).run([_doc()])["documents"]
+        zh = [c.content for c in chunks if c.meta["breadcrumb"].endswith("查找大文件")]
+        assert len(zh) >= 2
+        assert all(c.endswith("。") for c in zh)
+
+    def test_meta_ids_and_counts(self):
+        chunks = HeadingChunker(max_chars=400, overlap_chars=80).run([_doc(keywords=["disk"], category="alerts")])[
+            "documents"
+        ]
+        assert [c.meta["chunk_index"] for c in chunks] == list(range(len(chunks)))
+        assert {c.meta["total_chunks"] for c in chunks} == {len(chunks)}
+        assert all(c.meta["category"] == "alerts" and c.meta["keywords"] == ["disk"] for c in chunks)
+        assert chunks[1].id == chunk_id("alerts/disk.md", 1, "v1")
+        assert chunk_id("alerts/disk.md", 1, "v2") != chunks[1].id
+        assert len({c.meta["content_hash"] for c in chunks}) == len(chunks)
+
+    def test_input_not_mutated_and_empty_input(self):
+        doc = _doc()
+        before = dict(doc.meta)
+        HeadingChunker().run([doc])
+        assert doc.meta == before
+        assert HeadingChunker().run([]) == {"documents": []}
+
+    def test_document_of_headings_only_gives_one_chunk(self):
+        chunks = HeadingChunker().run([_doc("# Footnotes\n\n## Footnotes\n")])["documents"]
+        assert len(chunks) == 1 and "Footnotes" in chunks[0].content
+        assert chunks[0].meta["total_chunks"] == 1
