@@ -2,7 +2,8 @@
 
     python benchmarks/build_mixed.py ../shared/eval/gitlab_handbook ../shared/eval/stard --out data/mixed
     lookup-knowledge eval data/mixed                                   # cross-lingual ranking on
-    lookup-knowledge eval data/mixed --set retriever.crosslingual_weight=0 --set retriever.language_balance=0
+    lookup-knowledge eval data/mixed \
+        --set language_balance.crosslingual_weight=0 --set language_balance.language_balance=0
 
 The merged `knowledge/` holds every set's documents (under a folder per set; ids and categories are the sets' own) and
 `eval.jsonl` every set's judged queries, each typed with the set it came from: `eval` then reports nDCG@10 per set

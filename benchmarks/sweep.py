@@ -1,6 +1,6 @@
 """Sweep pipeline parameters on one labelled dataset (tune here, then confirm on another set).
 
-Usage: python benchmarks/sweep.py DATASET_DIR --data-dir D --param retriever.lexical_weight=0,0.05,0.1 [--param ...]
+Usage: python benchmarks/sweep.py DATASET_DIR --data-dir D --param fusion.lexical_weight=0,0.05,0.1 [--param ...]
 
 Every combination of the listed values runs the `pipeline` config of `lookup-knowledge eval` on the whole
 dataset (never on chosen queries); the table shows nDCG@10, Recall@10 and the L0 statistics per combination.

@@ -19,16 +19,17 @@ from typing import TYPE_CHECKING, Any
 import components  # noqa: F401 - first: it switches Haystack's telemetry off before Haystack is imported
 
 if TYPE_CHECKING:
-    from pipelines.api import load_pipeline, lookup, lookup_inputs
+    from pipelines.api import load_pipeline, lookup, lookup_inputs, lookup_with_details
     from pipelines.entrypoints.agent_tool import lookup_knowledge_tool
 
-__all__ = ["load_pipeline", "lookup", "lookup_inputs", "lookup_knowledge_tool"]
+__all__ = ["load_pipeline", "lookup", "lookup_inputs", "lookup_knowledge_tool", "lookup_with_details"]
 
 # the agent tool pulls in Haystack's tool machinery: it loads only when someone asks for it
 _MODULE_OF = {
     "load_pipeline": "pipelines.api",
     "lookup": "pipelines.api",
     "lookup_inputs": "pipelines.api",
+    "lookup_with_details": "pipelines.api",
     "lookup_knowledge_tool": "pipelines.entrypoints.agent_tool",
 }
 

@@ -10,6 +10,7 @@ import contextlib
 import threading
 import time
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, Deployment
 from pipelines.spans import enable_spans_from_env
 from pipelines.startup import resume_collection
 
-__all__ = ["load_pipeline", "lookup", "lookup_inputs"]
+__all__ = ["load_pipeline", "lookup", "lookup_inputs", "lookup_with_details"]
 
 
 def load_pipeline(
@@ -108,6 +109,21 @@ def lookup(pipeline: Pipeline, query: Any, session_id: str | None = None) -> dic
     :param session_id: Optional session; evidence already returned in it is not returned again.
     :returns: The camelCase `LookupResult` JSON (with `traceId`).
     """
+    return lookup_with_details(pipeline, query, session_id)[0]
+
+
+def lookup_with_details(
+    pipeline: Pipeline, query: Any, session_id: str | None = None
+) -> tuple[dict[str, Any], Mapping[str, Any]]:
+    """
+    `lookup`, also returning what the trace row records about the call (for measuring it: `eval`).
+
+    :param pipeline: From `load_pipeline`.
+    :param query: The agent's query.
+    :param session_id: Optional session.
+    :returns: The `LookupResult` JSON, and the snake_case `retrieval_details` recorded with it (L0 hints, the
+        retrieval trace, the `ranking` the evidence gate judged, the sidecar's report, ...).
+    """
     name, recorder = node_of_type(pipeline, TraceRecorder)
     started_at = time.time()
     with (
@@ -115,10 +131,12 @@ def lookup(pipeline: Pipeline, query: Any, session_id: str | None = None) -> dic
         tracing.tracer.trace("lookup_knowledge", tags={"lookup_knowledge.tool": recorder.tool_name}) as span,
     ):
         try:
-            result = pipeline.run(lookup_inputs(pipeline, query, session_id))[name]["result"]
+            out = pipeline.run(lookup_inputs(pipeline, query, session_id))[name]
+            result, details = out["result"], out["details"]
         except Exception as err:  # the pipeline stopped before its recorder: the call is still recorded, once
             result = recorder.record_failure(query, session_id, err, started_at=started_at)
+            details = {"retrieval_layer": "none", "error": result.get("error")}
         span.set_tags(
             {"lookup_knowledge.trace_id": result.get("traceId"), "lookup_knowledge.status": result["evidenceStatus"]}
         )
-    return result
+    return result, details

@@ -136,7 +136,7 @@ def parse_override(spec: str) -> tuple[str, str, Any]:
     """
     Read one `component.param=value` override (the value as JSON, or a bare string).
 
-    :param spec: e.g. `retriever.top_k=30`, `retriever.lexical_normalization=best`, or for a nested object's
+    :param spec: e.g. `retriever.top_k=30`, `fusion.lexical_normalization=best`, or for a nested object's
         parameter `sidecar.collection.collection_name=other`.
     :returns: The component, the parameter (dotted for a nested one) and the value.
     :raises ValueError: If the spec is not `component.param=value`.

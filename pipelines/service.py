@@ -17,14 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from components.query.query_transformer import QueryTransformer
-from components.retrievers.filtered_retry_retriever import FilteredRetryRetriever
 from components.store.knowledge_collection import KnowledgeCollection
 from components.store.knowledge_index import CachedKnowledgeIndex, IndexedDocument
 from components.trace.trace_recorder import TraceRecorder
 from pipelines.api import load_pipeline, lookup
 from pipelines.entrypoints.dify_knowledge import DEFAULT_KNOWLEDGE_ID
 from pipelines.loading import node_of_type
-from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
+from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, Deployment
 
 __all__ = ["Health", "KnowledgeService"]
 
@@ -69,20 +68,22 @@ class KnowledgeService:
     ```
     """
 
-    def __init__(self, pipeline: Pipeline) -> None:
+    def __init__(self, pipeline: Pipeline, deployment: Deployment | None = None) -> None:
         """
         :param pipeline: A lookup pipeline (`pipelines.load_pipeline`).
-        :raises ValueError: If it has no (or more than one) `TraceRecorder` or `FilteredRetryRetriever`.
+        :param deployment: Where the pipeline's knowledge lies (default: `Deployment.resolve()`, the environment's or
+            `./data`): health and what is indexed are read from its knowledge store, on a connection of their own.
+        :raises ValueError: If the pipeline has no (or more than one) `QueryTransformer` or `TraceRecorder`, the
+            nodes that make it a lookup pipeline.
         """
         self.pipeline = pipeline
         self._query_node, _ = node_of_type(pipeline, QueryTransformer)
         self._recorder_node, recorder = node_of_type(pipeline, TraceRecorder)
         self.tool_name = recorder.tool_name
-        _, retriever = node_of_type(pipeline, FilteredRetryRetriever)
-        self._collection = retriever.collection
-        self._probe = KnowledgeCollection.from_dict(retriever.collection.to_dict())
+        deployment = deployment or Deployment.resolve()
+        self._probe = KnowledgeCollection(uri=deployment.milvus_uri, index_path=str(deployment.index_path))
         self._probe_lock = threading.Lock()
-        self._index = CachedKnowledgeIndex(retriever.collection.index_path)
+        self._index = CachedKnowledgeIndex(deployment.index_path)
         self._index_lock = threading.Lock()
 
     @classmethod
@@ -116,7 +117,7 @@ class KnowledgeService:
             component_params=component_params,
             warm_up=warm_up,
         )
-        return cls(pipeline)
+        return cls(pipeline, Deployment.resolve(data_dir, milvus_uri, trace_db_url))
 
     def lookup(self, query: Any, session_id: str | None = None) -> dict[str, Any]:
         """
@@ -148,7 +149,7 @@ class KnowledgeService:
     @property
     def collection_name(self) -> str:
         """The collection lookups read (after a rebuild, the new one)."""
-        return self._collection.schema.collection_name
+        return self._probe.schema.collection_name
 
     def knowledge_ids(self) -> set[str]:
         """

@@ -67,20 +67,14 @@ class RetrievalAttempt(_Contract):
     path: str | None = None
     raw_hits: int = 0
     stale_dropped: int = 0
-    below_threshold_dropped: int = 0
-    candidate_count: int = 0
-    top_score: float | None = None
-    lexical_path: str | None = None  # where BM25 ran for hybrid retrieval: `milvus`, `local`, or None (off)
-    #: the cross-lingual bonus: `status` applied (with the same-language `reference` and how many candidates were
-    #: `adjusted`) or no_vectors (the collection has none); None where it did not apply (one language, weight 0)
-    crosslingual: dict[str, Any] | None = None
-    #: where language balancing read the candidates' vectors: `table` (the index run's vector table), `search` (with
-    #: the dense search), None where balancing did not apply
-    vectors: str | None = None
+    below_threshold_dropped: int = 0  # candidates below the evidence threshold (the joiner leaves them out)
+    candidate_count: int = 0  # the usable candidates it found (similarity at least the evidence threshold)
+    top_score: float | None = None  # the best similarity among them
+    lexical_path: str | None = None  # where BM25 ran: `milvus`, `local`, or None (off, or not run)
     latency_ms: float = 0.0
     #: where the attempt's time went, in ms: `dense` (search), `lexical` (the BM25 search, run beside the dense one),
     #: `lexical_wait` (how long the attempt waited for it after the dense search), `lexical_fetch` (chunks only BM25
-    #: found), `balance` (the language balance and cross-lingual bonus, vectors read included); absent: not run
+    #: found); absent: not run
     stage_ms: dict[str, float] = Field(default_factory=dict)
     error: str | None = None
     fallback: dict[str, str] | None = None

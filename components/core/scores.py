@@ -6,6 +6,10 @@ from typing import Any
 
 from haystack import Document
 
+#: the candidate meta key the retriever sets: whether the candidate's similarity reaches its evidence threshold (the
+#: joiner after the rankers drops those that do not: ranking still sees every candidate an attempt found)
+USABLE_KEY = "usable"
+
 
 def normalized_similarity(raw: float, metric_type: str) -> float:
     """

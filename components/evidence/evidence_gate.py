@@ -197,7 +197,7 @@ class EvidenceGate:
             "reason": reason,
         }
 
-    @component.output_types(documents=FrozenList[Document], evidence_trace=FrozenDict)
+    @component.output_types(documents=list[Document], evidence_trace=FrozenDict, ranking=FrozenList[str])
     def run(
         self, documents: Documents, query: str | None = None, retrieval_trace: Record | None = None
     ) -> dict[str, Any]:
@@ -212,7 +212,8 @@ class EvidenceGate:
         :returns: `documents` (the evidence in rank order, copies whose meta gains `evidence_basis` and
             `noise_margin`, as a read-only `FrozenList`) and `evidence_trace` (a `FrozenDict`: `found`, `candidates`,
             `noise_ceiling`, `calibrated`, `rule`, `best`, `lead`, `runner_up`, `relevance`, `evidence_count`,
-            `rejected`); the pipeline hands both on without copying them.
+            `rejected`); and `ranking`, the evidence keys of every candidate judged, in rank order (what the trace
+            records, and what the sidecar compares with); the pipeline hands the three on without copying them.
         """
         query, retrieval_trace = query or "", retrieval_trace or {}
         ceiling, calibrated = self._ceiling(query, retrieval_trace)
@@ -278,4 +279,5 @@ class EvidenceGate:
                 runner_up=runner_up,
                 relevance=self._relevance(lead),
             )
-        return {"documents": FrozenList(evidence), "evidence_trace": FrozenDict(trace)}
+        ranking = FrozenList(str(d.meta.get("evidence_key") or d.id) for d in documents)
+        return {"documents": FrozenList(evidence), "evidence_trace": FrozenDict(trace), "ranking": ranking}

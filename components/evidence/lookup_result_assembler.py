@@ -4,7 +4,7 @@ from typing import Any, Literal
 
 from haystack import Document, component
 
-from components.core.frozen import Documents, FrozenDict, Record
+from components.core.frozen import Documents, FrozenDict, FrozenList, Record
 from components.core.lookup_result import EvidenceBlock, LookupResult
 from components.core.scores import boost_reasons, document_key, similarity_of
 
@@ -174,8 +174,8 @@ class LookupResultAssembler:
         documents: Documents,
         context_pack: Record,
         retrieval_trace: Record,
-        rerank_trace: Record,
         dedup_summary: Record,
+        rerank_trace: Record | None = None,
         query_transform: dict[str, Any] | None = None,
         hints: Record | None = None,
         category_filter: str | None = None,
@@ -184,6 +184,7 @@ class LookupResultAssembler:
         session_id: str | None = None,
         sidecar: dict[str, Any] | None = None,
         evidence_trace: Record | None = None,
+        ranking: list[str] | FrozenList[str] | None = None,
     ) -> dict[str, Any]:
         """
         Assemble the result.
@@ -192,8 +193,9 @@ class LookupResultAssembler:
         :param documents: The consumable evidence blocks (after the evidence gate, session filtering and dedup).
         :param context_pack: The packed context of those blocks.
         :param retrieval_trace: From the retriever.
-        :param rerank_trace: From the reranker.
         :param dedup_summary: From the deduper.
+        :param rerank_trace: From the rule reranker (its weights and top candidates); without one (a pipeline that
+            ranks with other rankers) the trace lists the returned blocks with no weights.
         :param query_transform: From the query transformer.
         :param hints: L0 hints.
         :param category_filter: The L0 category filter used, if any.
@@ -203,6 +205,8 @@ class LookupResultAssembler:
         :param sidecar: The comparison retrieval's report; it goes to `details` only, never into `result`.
         :param evidence_trace: From the evidence gate (whether there is evidence, and why); without one, any block
             counts as evidence of `low` relevance.
+        :param ranking: The evidence keys of every candidate the gate judged, in rank order; it goes to `details`
+            only (`ranking`), for whoever reads the trace or measures the ranking (`eval`).
         :returns: `result` (the camelCase `LookupResult` JSON) and `details` (snake_case `retrieval_details`), each
             a read-only `FrozenDict` of plain JSON values, which the pipeline hands on without copying.
         """
@@ -219,6 +223,7 @@ class LookupResultAssembler:
         blocks = list(documents) if found else []
         ceiling = evidence.get("noise_ceiling")
         truncated = bool(context_pack.get("truncatedSources") or context_pack.get("omittedSources"))
+        rerank_trace = rerank_trace or {}
         returned_rerank = self._rerank_trace(rerank_trace, blocks)
         kept_relevance = status in ("evidence", "already_returned")
         result = LookupResult.model_validate(
@@ -258,5 +263,6 @@ class LookupResultAssembler:
             "dedup": dict(dedup_summary),
             "session": session_summary,
             "sidecar": sidecar or {"enabled": False, "status": "off"},
+            "ranking": list(ranking or []),
         }
         return {"result": FrozenDict(result.to_json_dict()), "details": FrozenDict(details)}

@@ -129,7 +129,7 @@ class RuleReranker:
             add("consensus_domain", consensus)
         return boosts
 
-    @component.output_types(documents=FrozenList[Document], rerank_trace=FrozenDict, ranking=FrozenList[str])
+    @component.output_types(documents=list[Document], rerank_trace=FrozenDict)
     def run(self, documents: Documents, hints: Record | None = None) -> dict[str, Any]:
         """
         Rerank candidates.
@@ -137,11 +137,10 @@ class RuleReranker:
         :param documents: L1 candidates (`score` = normalized similarity; a list or a `FrozenList`); they are not
             modified.
         :param hints: L0 hint data; without hints the order is the similarity order.
-        :returns: `documents` (reranked copies, a read-only `FrozenList`; meta gains `base_score`, `boosts` and
-            `hit_reasons`, `score` is the final score), `rerank_trace` (a `FrozenDict`: `weights`, `max_boost`,
+        :returns: `documents` (reranked copies, a read-only sequence; meta gains `base_score`, `boosts` and
+            `hit_reasons`, `score` is the final score) and `rerank_trace` (a `FrozenDict`: `weights`, `max_boost`,
             `candidates`: the top `trace_top_n` candidates with rank, source, evidence key, base score, final score,
-            boost reasons) and `ranking` (a `FrozenList` of the evidence keys in the new order: a compact view for
-            consumers such as the sidecar). The pipeline hands the three on without copying them.
+            boost reasons). The pipeline hands both on without copying them.
         """
         hints = hints or {}
         consensus = self._consensus(documents) if self.weights["consensus_domain"] > 0 else ""
@@ -173,5 +172,4 @@ class RuleReranker:
             for rank, d in enumerate(scored[: self.trace_top_n], start=1)
         ]
         trace = {"weights": dict(self.weights), "max_boost": self.max_boost, "candidates": candidates}
-        ranking = FrozenList(str(d.meta.get("evidence_key") or d.id) for d in scored)
-        return {"documents": FrozenList(scored), "rerank_trace": FrozenDict(trace), "ranking": ranking}
+        return {"documents": FrozenList(scored), "rerank_trace": FrozenDict(trace)}

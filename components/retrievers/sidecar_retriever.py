@@ -2,16 +2,18 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
 from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict, logging
 
 from components.core.embedding_backends import E5_SMALL, get_backend, validate_model_name
 from components.core.frozen import FrozenList
+from components.core.fusion import lexical_bonus
 from components.core.scores import document_key, evidence_key
-from components.retrievers.filtered_retry_retriever import FilteredRetryRetriever
 from components.store.knowledge_collection import (
     DENSE_PATHS,
     LEXICAL_SOURCES,
@@ -22,6 +24,8 @@ from components.store.knowledge_collection import (
 logger = logging.getLogger(__name__)
 
 RETRIEVERS = ("bm25", "dense", "hybrid")
+#: the `hybrid` comparison's BM25 weight: the shipped `HybridFusionRanker`'s, with its `ideal` normalization
+HYBRID_WEIGHT = 0.15
 _SCORE_LABELS = {
     "bm25": "bm25",
     "dense": "normalized similarity",
@@ -36,14 +40,14 @@ class SidecarRetriever:
 
     It runs another retrieval for the same query through its own `KnowledgeCollection` (the main one's, or another
     collection or store): `dense` (plain embedding retrieval on the `haystack` or `sdk` path, with the same or
-    another embedding `model`), `bm25` (Milvus full-text search or the in-process index), or `hybrid` (the main
-    retriever's dense + BM25 fusion, unfiltered, on the chosen path — so the framework and SDK paths can be compared
-    on the same retrieval). Its hits become comparable rows (doc id, source, title, breadcrumb, category, rank,
-    preview, score label, value, raw score, semantics and path) and are compared with the main ranking: overlap,
-    rank shifts, only-in-main and only-in-sidecar. Its output goes only to the trace (`retrieval_details.sidecar`);
-    the lookup result is the same whether the sidecar is off, on, failing, hanging or timing out. Off (the default)
-    it returns at once and connects to nothing. A comparison still running from an earlier lookup makes the next
-    one skip (status `skipped`) instead of waiting behind it.
+    another embedding `model`), `bm25` (Milvus full-text search or the in-process index), or `hybrid` (dense + BM25
+    fused as the shipped `HybridFusionRanker` fuses them, unfiltered, without language balancing, on the chosen path
+    — so the framework and SDK paths can be compared on the same retrieval). Its hits become comparable rows (doc id,
+    source, title, breadcrumb, category, rank, preview, score label, value, raw score, semantics and path) and are
+    compared with the main ranking: overlap, rank shifts, only-in-main and only-in-sidecar. Its output goes only to the
+    trace (`retrieval_details.sidecar`); the lookup result is the same whether the sidecar is off, on, failing, hanging
+    or timing out. Off (the default) it returns at once and connects to nothing. A comparison still running from an
+    earlier lookup makes the next one skip (status `skipped`) instead of waiting behind it.
 
     ### Usage example
 
@@ -75,8 +79,8 @@ class SidecarRetriever:
 
         :param collection: The compared collection (default: `KnowledgeCollection()`, the data folder's).
         :param enabled: Run the comparison retrieval.
-        :param retriever: `bm25`, `dense` (no filter, no BM25) or `hybrid` (dense + BM25 fused as the main retriever
-            does by default, no filter).
+        :param retriever: `bm25`, `dense` (no filter, no BM25) or `hybrid` (dense + BM25 fused as the shipped
+            `HybridFusionRanker` fuses them, no filter).
         :param mode: Dense search path of `dense` and `hybrid`: `haystack` (milvus-haystack) or `sdk` (pymilvus).
         :param lexical_source: Where BM25 runs for `bm25` and `hybrid`: `auto`, `milvus` or `local`.
         :param model: The offline embedding model of `dense` and `hybrid` (the one the compared collection was
@@ -112,9 +116,6 @@ class SidecarRetriever:
         self.top_k = top_k
         self.timeout_ms = timeout_ms
         self.preview_chars = preview_chars
-        self._hybrid = FilteredRetryRetriever(
-            self.collection, mode=mode, top_k=top_k, evidence_threshold=0.0, lexical_source=lexical_source
-        )
         self._pool: ThreadPoolExecutor | None = None
         self._pending: Future[list[Document]] | None = None
         self._init_error: str | None = None
@@ -186,11 +187,7 @@ class SidecarRetriever:
             docs = self.collection.dense_search(self._embed(query), self.top_k * 2, path=self.mode)  # room for stale
             return self.collection.drop_superseded(docs, searched_under)[0]
         if self.retriever == "hybrid":
-            out = self._hybrid.run(query_embedding=self._embed(query), query=query)
-            errors = [a["error"] for a in out["retrieval_trace"]["attempts"] if a["error"]]
-            if errors:
-                raise RuntimeError("; ".join(errors))
-            return list(out["candidates"])
+            return self._hybrid(query, searched_under)
         pairs, path = self.collection.lexical_search(query, self.top_k, source=self.lexical_source)
         scores = dict(pairs)
         docs = [
@@ -203,6 +200,21 @@ class SidecarRetriever:
             for d in self.collection.fetch([cid for cid, _ in pairs])
         ]
         return self.collection.drop_superseded(docs, searched_under)[0]
+
+    def _hybrid(self, query: str, searched_under: Mapping[str, str]) -> list[Document]:
+        """Dense and BM25 hits fused as the main pipeline fuses them by default (`HYBRID_WEIGHT`), unfiltered."""
+        vector = self._embed(query)
+        hits = self.collection.dense_search(vector, self.top_k * 2, path=self.mode)  # room for stale versions
+        for doc in hits:
+            doc.meta["similarity"] = doc.score
+        pairs, _ = self.collection.lexical_search(query, self.top_k, source=self.lexical_source)
+        joined = self.collection.with_lexical(hits, pairs, query, vector, source=self.lexical_source)
+        active = self.collection.drop_superseded(joined, searched_under)[0]
+        fused = []
+        for doc in active:
+            bonus = lexical_bonus(doc.meta, HYBRID_WEIGHT, "ideal") or 0.0
+            fused.append(replace(doc, score=float(doc.meta["similarity"]) + bonus))
+        return sorted(fused, key=lambda d: -(d.score or 0.0))
 
     def _row(self, rank: int, doc: Document) -> dict[str, Any]:
         meta, content = doc.meta, doc.content or ""
@@ -270,7 +282,7 @@ class SidecarRetriever:
         Run the comparison retrieval and compare it with the main ranking.
 
         :param query: The normalized query.
-        :param main_ranking: The main retrieval's evidence keys in rank order (the reranker's `ranking`).
+        :param main_ranking: The main retrieval's evidence keys in rank order (the evidence gate's `ranking`).
         :returns: `sidecar`: `{enabled, status, retriever, mode, collection, latency_ms, rows, comparison, error}`,
             where status is `off`, `ok`, `skipped` (a rejected query, or the previous comparison still running),
             `failed` (including a failed initialization) or `timeout`.

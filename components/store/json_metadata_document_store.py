@@ -93,10 +93,6 @@ def json_filter_expression(filters: dict[str, Any] | None, schema: CollectionSch
     raise FilterError(msg)
 
 
-#: the meta key under which searches asked for vectors return them (`{field: vector}`), for the retriever's own use
-VECTORS_META_KEY = "_vectors"
-
-
 class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
     """
     milvus-haystack's `MilvusDocumentStore` for collections that keep metadata in one JSON column.
@@ -119,7 +115,6 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
         self,
         *,
         metadata_field: str = "metadata",
-        vector_output_fields: list[str] | None = None,
         category_field: str = "",
         vector_index: dict[str, Any] | None = None,
         **kwargs: Any,
@@ -128,8 +123,6 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
         Open the store (this connects, as `MilvusDocumentStore` does).
 
         :param metadata_field: The JSON metadata column.
-        :param vector_output_fields: Vector fields that embedding retrieval also returns, as
-            `meta[VECTORS_META_KEY][field]` (none by default: evidence needs no vectors).
         :param category_field: A column of the collection that copies the metadata key of the same name
             (`CollectionSchema.category_field`), which equality filters on that key read; `""` for none.
         :param vector_index: The vector field's index as `MilvusClient.describe_index` returned it, when the caller
@@ -150,7 +143,6 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
         if self._lease is not None:
             self.connection_args = connection_args  # serialized as given: the folder, not this host's socket
         self.metadata_field = metadata_field
-        self.vector_output_fields = list(vector_output_fields or [])
         self.category_field = category_field
         CollectionSchema(metadata_field=metadata_field, category_field=category_field).validate()
         self._schema = CollectionSchema(
@@ -171,13 +163,12 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
 
     def to_dict(self) -> dict[str, Any]:
         """
-        Serialize the store, including `metadata_field`, `vector_output_fields`, `category_field` and `vector_index`.
+        Serialize the store, including `metadata_field`, `category_field` and `vector_index`.
 
         :returns: The serialized store.
         """
         data = super().to_dict()
         data["init_parameters"]["metadata_field"] = self.metadata_field
-        data["init_parameters"]["vector_output_fields"] = self.vector_output_fields
         data["init_parameters"]["category_field"] = self.category_field
         data["init_parameters"]["vector_index"] = self.vector_index
         return data
@@ -232,14 +223,11 @@ class JsonMetadataMilvusDocumentStore(MilvusDocumentStore):
             search_params=self.search_params,
             limit=top_k,
             filter=json_filter_expression(filters, self._schema),
-            output_fields=[self._primary_field, self._text_field, self.metadata_field, *self.vector_output_fields],
+            output_fields=[self._primary_field, self._text_field, self.metadata_field],
             partition_names=self.partition_names,
         )
         return self._flatten(self._parse_search_result(res, distance_to_score_fn=self._select_score_fn()))
 
     def _parse_document(self, data: dict) -> Document:
-        vectors = {field: list(data.pop(field)) for field in self.vector_output_fields if field in data}
         data.setdefault(self._vector_field, [])  # not Document.embedding: evidence needs no vectors
-        if vectors:
-            data[VECTORS_META_KEY] = vectors
         return super()._parse_document(data)

@@ -9,6 +9,7 @@ by the index version.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields, replace
@@ -23,10 +24,10 @@ from haystack.utils.filters import document_matches_filter
 from milvus_haystack import MilvusEmbeddingRetriever
 from pymilvus import MilvusException
 
+from components.core.fusion import BEST_KEY, BM25_KEY, IDEAL_KEY
 from components.core.scores import normalized_similarity, raw_from_normalized
 from components.store.collection_statistics import CollectionStatistics, compute_statistics
 from components.store.json_metadata_document_store import (
-    VECTORS_META_KEY,
     JsonMetadataMilvusDocumentStore,
     json_filter_expression,
 )
@@ -60,6 +61,37 @@ def _category_of(filters: dict[str, Any] | None) -> str | None:
 
 #: between a collection's configured name and the number of a rebuild that wrote a new collection of its family
 REBUILD_MARK = "__r"
+
+
+#: descriptions of existing collections, shared by every `KnowledgeCollection` of this process: several components
+#: read one collection (the retriever, the language balance, the sidecar, health), and Milvus Lite reads every segment
+#: whole to answer whether a collection exists and counts every row to describe its index (2.5 s and 0.5 s at 100k
+#: chunks), so each collection is asked once per index version
+_DESCRIPTIONS: dict[tuple[str, str, int], CollectionDescription] = {}
+_DESCRIPTIONS_LOCK = threading.Lock()
+
+
+def _shared_description(
+    uri: str, collection_name: str, index_version: int, store: MilvusChunkStore
+) -> CollectionDescription | None:
+    """The collection's description, asked of the store once per (store, collection, index version) in the process."""
+    key = (uri, collection_name, index_version)
+    with _DESCRIPTIONS_LOCK:
+        if key in _DESCRIPTIONS:
+            return _DESCRIPTIONS[key]
+    if not store.exists():
+        return None  # not cached: whoever creates it is seen at the next call
+    found = store.describe()
+    with _DESCRIPTIONS_LOCK:
+        _DESCRIPTIONS[key] = found
+    return found
+
+
+def _forget_descriptions(uri: str, names: Sequence[str]) -> None:
+    """Forget what is known of some collections of a store (dropped, or found missing), whatever the index version."""
+    with _DESCRIPTIONS_LOCK:
+        for key in [k for k in _DESCRIPTIONS if k[0] == uri and k[1] in names]:
+            del _DESCRIPTIONS[key]
 
 
 def _is_active(meta: dict[str, Any], active: Mapping[str, str]) -> bool:
@@ -283,6 +315,7 @@ class KnowledgeCollection:
     def drop(self) -> None:
         """Drop the collection if it exists (everything cached about it is forgotten)."""
         self.store.drop()
+        _forget_descriptions(self.uri, [self._schema.collection_name])
         self._cache.clear()
 
     def family(self) -> str:
@@ -320,6 +353,7 @@ class KnowledgeCollection:
         for name in dropped:
             self.store.drop_named(name)
         if dropped:
+            _forget_descriptions(self.uri, dropped)
             self._cache.clear()
         return dropped
 
@@ -360,9 +394,9 @@ class KnowledgeCollection:
         wanted.validate()
         self._schema = wanted
         self.store.schema = wanted
-        if not self.store.exists():
+        found = _shared_description(self.uri, wanted.collection_name, self.index_version(), self.store)
+        if found is None:
             return None
-        found = self.store.describe()
         problems = []
         for option, configured, actual in (
             ("metric_type", self.metric_type, found.metric_type),
@@ -460,7 +494,7 @@ class KnowledgeCollection:
 
     # --- dense search ---------------------------------------------------------------------------------------
 
-    def _haystack_retriever(self, vector_fields: tuple[str, ...] = ()) -> MilvusEmbeddingRetriever:
+    def _haystack_retriever(self) -> MilvusEmbeddingRetriever:
         description = self._require()
         s = self._schema
         connection: dict[str, Any] = {"uri": self.store.endpoint(), **client_options(self.uri)}
@@ -468,7 +502,6 @@ class KnowledgeCollection:
             connection["token"] = self.token
         store = JsonMetadataMilvusDocumentStore(
             metadata_field=s.metadata_field,
-            vector_output_fields=list(vector_fields),
             category_field=self._filter_schema().category_field,
             vector_index=description.vector_index,
             connection_args=connection,
@@ -482,21 +515,18 @@ class KnowledgeCollection:
         # no init filters: the retriever's `filters or self.filters` must never re-apply an old filter
         return MilvusEmbeddingRetriever(document_store=store, filters=None)
 
-    def _cached_haystack_retriever(self, vector_fields: tuple[str, ...]) -> MilvusEmbeddingRetriever:
-        return self._cache.get(
-            f"haystack_retriever:{','.join(vector_fields)}", lambda: self._haystack_retriever(vector_fields)
-        )
+    def _cached_haystack_retriever(self) -> MilvusEmbeddingRetriever:
+        return self._cache.get("haystack_retriever", self._haystack_retriever)
 
-    def connect(self, path: str, vector_fields: Sequence[str] = ()) -> None:
+    def connect(self, path: str) -> None:
         """
         Open a dense search path now rather than at the first search.
 
         :param path: `haystack` or `sdk`.
-        :param vector_fields: The vector fields its searches will return (`dense_search`).
         :raises LookupError: If the collection does not exist.
         """
         if path == "haystack":
-            self._cached_haystack_retriever(tuple(vector_fields))
+            self._cached_haystack_retriever()
         else:
             self._require()
             self.store.load()
@@ -507,7 +537,6 @@ class KnowledgeCollection:
         top_k: int,
         filters: dict[str, Any] | None = None,
         path: str = "sdk",
-        vector_fields: Sequence[str] = (),
     ) -> list[Document]:
         """
         Vector search.
@@ -516,8 +545,6 @@ class KnowledgeCollection:
         :param top_k: Number of hits.
         :param filters: Haystack filters on `meta.<key>` (values are always quoted literals, never pasted text).
         :param path: `haystack` (milvus-haystack) or `sdk` (pymilvus).
-        :param vector_fields: Vector fields returned with the hits, in the same request (`vector_fields()`), as
-            `meta[VECTORS_META_KEY]`: `{field: vector}`.
         :returns: Documents, best first: `score` is the normalized similarity, meta has `raw_score`,
             `score_semantics` and `retrieval_path`.
         :raises ValueError: For an unknown path.
@@ -527,7 +554,7 @@ class KnowledgeCollection:
             msg = f"path={path!r} is not a dense search path; use one of {list(DENSE_PATHS)}"
             raise ValueError(msg)
         search = self._search_haystack if path == "haystack" else self._search_sdk
-        return self._again_if_replaced(lambda: search(vector, top_k, filters, tuple(vector_fields)))
+        return self._again_if_replaced(lambda: search(vector, top_k, filters))
 
     def _again_if_replaced(self, call: Callable[[], T]) -> T:
         """
@@ -539,14 +566,13 @@ class KnowledgeCollection:
         except MilvusException as err:
             if err.code != COLLECTION_NOT_FOUND:
                 raise
+            _forget_descriptions(self.uri, [self._schema.collection_name])
             self._cache.clear()
             return call()
 
-    def _search_haystack(
-        self, vector: list[float], top_k: int, filters: dict[str, Any] | None, vector_fields: tuple[str, ...]
-    ) -> list[Document]:
+    def _search_haystack(self, vector: list[float], top_k: int, filters: dict[str, Any] | None) -> list[Document]:
         self.store.endpoint()  # a Milvus Lite host that went away is replaced (the retriever dials the same socket)
-        retriever = self._cached_haystack_retriever(vector_fields)
+        retriever = self._cached_haystack_retriever()
         metric = self._schema.metric_type
         try:
             found = retriever.run(query_embedding=vector, filters=filters, top_k=top_k)["documents"]
@@ -567,13 +593,11 @@ class KnowledgeCollection:
             out.append(doc if doc.score == clipped else replace(doc, score=clipped))
         return out
 
-    def _search_sdk(
-        self, vector: list[float], top_k: int, filters: dict[str, Any] | None, vector_fields: tuple[str, ...]
-    ) -> list[Document]:
+    def _search_sdk(self, vector: list[float], top_k: int, filters: dict[str, Any] | None) -> list[Document]:
         self._require()
         metric = self._schema.metric_type
         expr = json_filter_expression(filters, self._filter_schema())
-        hits = self.store.search(vector, top_k=top_k, expr=expr, vector_fields=vector_fields)
+        hits = self.store.search(vector, top_k=top_k, expr=expr)
         return [
             Document(
                 id=hit["id"],
@@ -584,26 +608,24 @@ class KnowledgeCollection:
                     "raw_score": hit["distance"],
                     "score_semantics": SEMANTICS[metric],
                     "retrieval_path": "sdk",
-                    **({VECTORS_META_KEY: hit["vectors"]} if vector_fields else {}),
                 },
             )
             for hit in hits
         ]
 
-    def fetch_scored(self, ids: list[str], vector: list[float], vector_fields: Sequence[str] = ()) -> list[Document]:
+    def fetch_scored(self, ids: list[str], vector: list[float]) -> list[Document]:
         """
         Fetch chunks by id and score them against a query vector, as Milvus would (for chunks found another way).
 
         :param ids: Chunk ids.
         :param vector: The query vector.
-        :param vector_fields: Vector fields returned with the chunks, as in `dense_search`.
         :returns: Documents with the normalized similarity as `score` and `raw_score`, `score_semantics` in meta;
             ids that do not exist are left out.
         """
         table = self.vector_table()
         dense_field = self._schema.vector_field
         table = table if table is not None and dense_field in table.fields else None
-        rows = self.store.get_rows(ids, vector_fields, dense=table is None)
+        rows = self.store.get_rows(ids, dense=table is None)
         if not rows:
             return []
         metric = self._schema.metric_type
@@ -622,7 +644,6 @@ class KnowledgeCollection:
                     **row["metadata"],
                     "raw_score": float(value),
                     "score_semantics": SEMANTICS[metric],
-                    **({VECTORS_META_KEY: row["vectors"]} if vector_fields else {}),
                 },
             )
             for row, value in zip(rows, raw, strict=True)
@@ -640,6 +661,66 @@ class KnowledgeCollection:
         if missing:
             found.update(self.store.get_vectors(missing)[self._schema.vector_field])
         return [found[i] for i in ids]
+
+    def with_lexical(
+        self,
+        hits: list[Document],
+        pairs: list[tuple[str, float]],
+        query: str,
+        vector: list[float],
+        source: str = "auto",
+    ) -> list[Document]:
+        """
+        Join a BM25 search's hits to a dense search's: every chunk's BM25 facts, and the chunks only BM25 found.
+
+        Each chunk gets, in meta, its raw BM25 score `bm25` (0 when BM25 did not find it), the largest score the
+        query's terms can reach in this collection `lexical_ideal` (from its term statistics), the search's best score
+        `lexical_best`, and `lexical_coverage` = bm25 / lexical_ideal (at most 1: how much of the query it matches).
+        The chunks only BM25 found are fetched and scored against the query vector (`fetch_scored`), with
+        `retrieval_path` `bm25` and their `similarity`.
+
+        :param hits: The dense hits (their meta is completed in place: they are the search's own).
+        :param pairs: `lexical_search`'s `(chunk_id, bm25)` pairs, best first.
+        :param query: The query text.
+        :param vector: The query vector.
+        :param source: The `lexical_source` the pairs came from (its term statistics are used).
+        :returns: The dense hits, then the chunks only BM25 found; `hits` itself when BM25 found nothing.
+        """
+        if not pairs:
+            return hits
+        ideal = self.term_statistics(source).ideal_score(tokenize(query))
+        best = pairs[0][1]
+        bm25 = dict(pairs)
+        dense = {d.id for d in hits}
+        lexical_only = self.fetch_scored([cid for cid in bm25 if cid not in dense], vector)
+        for doc in lexical_only:
+            doc.meta.update(retrieval_path="bm25", similarity=doc.score)
+        joined = hits + lexical_only
+        for doc in joined:
+            score = bm25.get(doc.id, 0.0)
+            coverage = round(min(1.0, score / ideal), 4) if ideal > 0 else 0.0
+            doc.meta.update({BM25_KEY: score, IDEAL_KEY: ideal, BEST_KEY: best, "lexical_coverage": coverage})
+        return joined
+
+    def candidate_vectors(self, ids: list[str], fields: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """
+        Stored vectors of some chunks: from the index run's vector table, from the collection for any it lacks.
+
+        :param ids: Chunk ids.
+        :param fields: Vector fields of the collection (`vector_fields()`).
+        :returns: Per field, the vector of every id found (a float32 array from the table, a list from the store).
+        """
+        table = self.vector_table()
+        vectors: dict[str, dict[str, Any]] = {}
+        for field in fields:
+            found: dict[str, Any] = (
+                dict(table.vectors(ids, field)) if table is not None and field in table.fields else {}
+            )
+            missing = [i for i in ids if i not in found]  # written after the table (an index run under way)
+            if missing:
+                found.update(self.store.get_vectors(missing, [field])[field])
+            vectors[field] = {i: found[i] for i in ids if i in found}  # in the order asked, wherever each came from
+        return vectors
 
     def chunks_of(self, versions: Mapping[str, str]) -> list[Document]:
         """

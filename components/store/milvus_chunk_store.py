@@ -473,17 +473,14 @@ class MilvusChunkStore:
         )
         return {field: {row[s.id_field]: list(row[field]) for row in rows} for field in fields}
 
-    def search(
-        self, vector: list[float], top_k: int, expr: str = "", vector_fields: Sequence[str] = ()
-    ) -> list[dict[str, Any]]:
+    def search(self, vector: list[float], top_k: int, expr: str = "") -> list[dict[str, Any]]:
         """
         Vector search with an optional filter expression.
 
         :param vector: The query vector.
         :param top_k: Number of hits.
         :param expr: A filter expression built only with `string_literal` for values.
-        :param vector_fields: Vector fields returned with each hit.
-        :returns: Hits as `{id, distance, content, metadata, vectors}` (`vectors`: `{field: vector}`).
+        :returns: Hits as `{id, distance, content, metadata}`.
         """
         self.load()
         s = self.schema
@@ -493,7 +490,7 @@ class MilvusChunkStore:
             anns_field=s.vector_field,
             limit=top_k,
             filter=expr,
-            output_fields=[s.content_field, s.metadata_field, *vector_fields],
+            output_fields=[s.content_field, s.metadata_field],
             search_params={"metric_type": s.metric_type},
             consistency_level=self.consistency_level,
         )
@@ -503,7 +500,6 @@ class MilvusChunkStore:
                 "distance": float(hit["distance"]),
                 "content": hit["entity"].get(s.content_field, ""),
                 "metadata": hit["entity"].get(s.metadata_field) or {},
-                "vectors": {f: list(hit["entity"][f]) for f in vector_fields},
             }
             for hit in res[0]
         ]

@@ -6,7 +6,7 @@ from typing import Any
 from haystack import component, logging
 from haystack.utils import Secret
 
-from components.core.frozen import Record
+from components.core.frozen import FrozenDict, Record
 from components.core.lookup_result import LookupResult
 from components.trace.safe_text import safe_text
 from components.trace.session_key import normalize_session_id, session_key, stored_session_id
@@ -100,7 +100,7 @@ class TraceRecorder:
         """Release the database connection."""
         self._store.close()
 
-    @component.output_types(result=dict[str, Any])
+    @component.output_types(result=dict[str, Any], details=FrozenDict)
     def run(
         self,
         result: Record,
@@ -116,7 +116,8 @@ class TraceRecorder:
         :param raw_query: The query as received (stored when the normalized one is empty).
         :param started_at: Epoch seconds at which the lookup started (defaults to the query transform's time).
         :returns: `result`, a plain dict copy with `traceId` set (None when the row was spooled or kept in memory)
-            and `traceError` (None, or why neither the trace database nor the spool took the row).
+            and `traceError` (None, or why neither the trace database nor the spool took the row); and `details`,
+            the `retrieval_details` as recorded (with `latency_ms`), for callers that measure the lookup (`eval`).
         """
         transform = details.get("query_transform") or {}
         start = started_at or transform.get("started_at") or time.time()
@@ -141,7 +142,8 @@ class TraceRecorder:
             retrieval_details={**details, "latency_ms": latency_ms},
         )
         written = self._store.record(row)
-        return {"result": {**result, "traceId": written.row_id, "traceError": written.error}}
+        recorded = FrozenDict({**details, "latency_ms": latency_ms})
+        return {"result": {**result, "traceId": written.row_id, "traceError": written.error}, "details": recorded}
 
     def record_failure(
         self, query: Any, session_id: str | None, error: BaseException, started_at: float | None = None

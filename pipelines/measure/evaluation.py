@@ -1,8 +1,8 @@
 """`lookup-knowledge eval`: document-level retrieval quality of the pipeline next to plain baselines, in one run.
 
 Configs, all on the same Milvus collection and embedding model:
-- `pipeline`: `pipelines.yaml` as configured; its ranking is the reranked candidate list (before the evidence caps
-  that only shape what an agent sees);
+- `pipeline`: `pipelines.yaml` as configured; its ranking is the candidate list the evidence gate judged (the
+  `ranking` its trace row records, before the evidence caps that only shape what an agent sees);
 - `dense`: plain embedding retrieval (no hints, no filter, no rerank);
 - `bm25`: BM25 over the same chunks, on the retriever's lexical path (Milvus full-text search, or in-process).
 A retrieved chunk counts for its document (its best chunk ranks it). Metrics come from Haystack's document
@@ -25,18 +25,17 @@ from tqdm import tqdm
 
 from components.core.embedding_backends import get_backend
 from components.core.scores import document_key
-from components.evidence.evidence_deduper import EvidenceDeduper
-from components.query.l0_hint_provider import L0HintProvider
-from components.rankers.rule_reranker import RuleReranker
-from components.retrievers.filtered_retry_retriever import FilteredRetryRetriever
-from components.retrievers.sidecar_retriever import SidecarRetriever
-from components.trace.trace_recorder import TraceRecorder
-from pipelines import load_pipeline, lookup_inputs
+from components.store.knowledge_collection import KnowledgeCollection
+from components.store.knowledge_index import KnowledgeIndex
+from pipelines import load_pipeline, lookup_with_details
 from pipelines.indexing import KnowledgeIndexer
-from pipelines.loading import find_node, node_of_type
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, Deployment
 
 CUTOFF = 10
+#: how deep the `dense` and `bm25` baselines rank (the shipped retriever's `top_k`)
+BASELINE_TOP_K = 60
+#: how many chunks the baselines return as blocks (the shipped deduper's `max_blocks`)
+BASELINE_BLOCKS = 6
 
 
 @dataclass(frozen=True)
@@ -126,15 +125,14 @@ class Answer:
 
 class _Baselines:
     """
-    The `dense` and `bm25` configs, reading the same collection (and BM25 path) as the pipeline. They never abstain:
-    whatever they rank, their first `blocks` chunks are what they would return.
+    The `dense` and `bm25` configs, reading the deployment's collection (on the pipeline's default BM25 path). They
+    never abstain: whatever they rank, their first `blocks` chunks are what they would return.
     """
 
-    def __init__(self, retriever: FilteredRetryRetriever, model: str, blocks: int) -> None:
-        self.collection = retriever.collection
-        self.lexical_source = retriever.lexical_source
+    def __init__(self, deployment: Deployment, model: str, top_k: int, blocks: int) -> None:
+        self.collection = KnowledgeCollection(uri=deployment.milvus_uri, index_path=str(deployment.index_path))
         self.backend = get_backend(model)
-        self.top_k = retriever.top_k
+        self.top_k = top_k
         self.blocks = blocks
         self.doc_of = {r["id"]: r["doc_id"] for r in self.collection.scan(keys=("doc_id",))}
 
@@ -147,8 +145,11 @@ class _Baselines:
         return self._answer([document_key(d.meta, d.id) for d in hits])
 
     def bm25_search(self, query: str) -> Answer:
-        pairs, _ = self.collection.lexical_search(query, self.top_k, source=self.lexical_source)
+        pairs, _ = self.collection.lexical_search(query, self.top_k)
         return self._answer([self.doc_of.get(chunk, chunk) for chunk, _ in pairs])
+
+    def close(self) -> None:
+        self.collection.close()
 
 
 @dataclass
@@ -159,32 +160,38 @@ class _Observed:
     fallback_reason: str | None
     selected_attempt: str | None
     sidecar: dict[str, Any] | None
-    chunk_docs: list[tuple[str, str]]  # (evidence key, document) of every reranked candidate, in rank order
+    chunk_docs: list[tuple[str, str]]  # (evidence key, document) of every candidate the gate judged, in rank order
 
 
-def _pipeline_runner(pipeline: Pipeline, log: list[_Observed]) -> Callable[[str], Answer]:
-    l0, _ = node_of_type(pipeline, L0HintProvider)
-    retriever, _ = node_of_type(pipeline, FilteredRetryRetriever)
-    reranker, _ = node_of_type(pipeline, RuleReranker)
-    sidecar = find_node(pipeline, SidecarRetriever)
-    wanted = {reranker, retriever, l0} | ({sidecar} if sidecar else set())
+def _document_of(index_path: Path) -> Callable[[str], str]:
+    """An evidence key's document (its `doc_id`, else its source), from the knowledge index the pipeline read."""
+    doc_id = {doc.source: doc.doc_id for doc in KnowledgeIndex.load(index_path).documents}
 
-    recorder, _ = node_of_type(pipeline, TraceRecorder)
+    def document(key: str) -> str:
+        source, _, index = key.rpartition("#")
+        source = source if index.isdigit() else key
+        return doc_id.get(source, source)
+
+    return document
+
+
+def _pipeline_runner(pipeline: Pipeline, index_path: Path, log: list[_Observed]) -> Callable[[str], Answer]:
+    """Each query through the pipeline; what eval needs is read off what its trace row records."""
+    document = _document_of(index_path)
 
     def run(query: str) -> Answer:
-        out = pipeline.run(lookup_inputs(pipeline, query), include_outputs_from=wanted)
-        trace = out[retriever]["retrieval_trace"]
-        ranked = out[reranker]["documents"]
+        result, details = lookup_with_details(pipeline, query)
+        trace = details.get("retrieval_trace") or {}
+        sidecar = details.get("sidecar")
         log.append(
             _Observed(
-                category_filter=out[l0]["category_filter"],
-                fallback_reason=trace["fallback_reason"],
-                selected_attempt=trace["selected_attempt"],
-                sidecar=out[sidecar]["sidecar"] if sidecar else None,
-                chunk_docs=[(str(d.meta.get("evidence_key") or d.id), document_key(d.meta, d.id)) for d in ranked],
+                category_filter=(details.get("l0_hints") or {}).get("category_filter") or "",
+                fallback_reason=trace.get("fallback_reason"),
+                selected_attempt=trace.get("selected_attempt"),
+                sidecar=sidecar or None,
+                chunk_docs=[(key, document(key)) for key in details.get("ranking", [])],
             )
         )
-        result = out[recorder]["result"]
         return Answer(
             ranking=[doc for _, doc in log[-1].chunk_docs],
             found=bool(result["found"]),
@@ -247,12 +254,12 @@ def evaluate(
         trace_db_url=deployment.trace_db_url,
         component_params=component_params,
     )
-    _, retriever = node_of_type(pipeline, FilteredRetryRetriever)
     observed: list[_Observed] = []
-    runners: dict[str, Callable[[str], Answer]] = {"pipeline": _pipeline_runner(pipeline, observed)}
-    if baselines:
-        # the baselines read the same collection, schema and connection as the pipeline
-        plain = _Baselines(retriever, model, blocks=node_of_type(pipeline, EvidenceDeduper)[1].max_blocks)
+    runners: dict[str, Callable[[str], Answer]] = {
+        "pipeline": _pipeline_runner(pipeline, deployment.index_path, observed)
+    }
+    plain = _Baselines(deployment, model, BASELINE_TOP_K, BASELINE_BLOCKS) if baselines else None
+    if plain is not None:  # the same collection and schema as the pipeline's
         runners.update(dense=plain.dense, bm25=plain.bm25_search)
     answers: dict[str, list[Answer]] = {name: [] for name in runners}
     latencies: dict[str, list[float]] = {name: [] for name in runners}
@@ -266,6 +273,8 @@ def evaluate(
     for query in tqdm(unanswerable, desc="Negatives", unit="query", disable=not progress):
         for name, run in runners.items():
             abstained[name].append(not run(query.query).found)
+    if plain is not None:
+        plain.close()
 
     rankings = {name: [document_ranking(a.ranking) for a in given] for name, given in answers.items()}
     gold = [q.expected for q in judged]

@@ -16,7 +16,7 @@ from sqlmodel import Session, func, select
 
 from components.store.knowledge_index import IndexedDocument, KnowledgeIndex
 from components.trace.trace_store import ToolInvocation, TraceStore
-from pipelines import load_pipeline, lookup
+from pipelines import load_pipeline, lookup, lookup_with_details
 from pipelines.indexing import KnowledgeIndexer
 from pipelines.settings import DEFAULT_INDEXING_PIPELINE, DEFAULT_LOOKUP_PIPELINE, Deployment
 from tests.conftest import count_index_requests, write_tiny_kb
@@ -343,15 +343,15 @@ class TestLookupPipeline:
 
     @pytest.mark.parametrize(("override", "full_weight"), [({}, False), ({"lexical_normalization": "best"}, True)])
     def test_lexical_bonus_follows_the_configured_normalization(self, make_pipeline, override, full_weight):
-        pipe = make_pipeline(retriever={**override, "evidence_threshold": 0.5})  # {}: the shipped YAML's `ideal`
-        weight = pipe.get_component("retriever").lexical_weight
+        pipe = make_pipeline(fusion=override, retriever={"evidence_threshold": 0.5})  # {}: the shipped `ideal`
+        weight = pipe.get_component("fusion").lexical_weight
         assert weight > 0  # the shipped YAML is hybrid
         query = "disk full on the node"
         out = pipe.run(
             {"query_transformer": {"query": query}, "recorder": {"raw_query": query}},
-            include_outputs_from={"retriever"},
+            include_outputs_from={"fusion"},
         )
-        bonuses = [d.meta.get("lexical_score", 0.0) for d in out["retriever"]["candidates"]]
+        bonuses = [d.meta.get("lexical_score", 0.0) for d in out["fusion"]["documents"]]
         assert max(bonuses) > 0
         # ideal: a chunk gets the share of the query's reachable BM25 it matches, never the whole weight
         assert (max(bonuses) == pytest.approx(weight, abs=1e-4)) is full_weight
@@ -584,7 +584,7 @@ class TestPipelinesYaml:
     def test_the_lookup_yaml_names_no_schema(self):
         """The lookup side says where the collection is; its schema is what `index` created it with."""
         data = yaml.safe_load(DEFAULT_LOOKUP_PIPELINE.read_text(encoding="utf-8"))
-        for name in ("retriever", "sidecar"):
+        for name in ("retriever", "language_balance", "sidecar"):
             collection = data["components"][name]["init_parameters"]["collection"]["init_parameters"]
             assert set(collection) == {"uri", "index_path", "token"}, name
 
@@ -597,7 +597,7 @@ class TestPipelinesYaml:
         def edges(data):
             return sorted((c["sender"], c["receiver"]) for c in data["connections"])
 
-        assert edges(a) == edges(b) and len(edges(a)) == 34
+        assert edges(a) == edges(b) and len(edges(a)) == 41
 
     @pytest.mark.integration
     def test_editing_the_yaml_changes_behaviour(self, tmp_path, tiny_kb):
@@ -630,3 +630,67 @@ class TestPipelinesYaml:
                 base_top, edited_top = base["rerankTrace"]["items"][0], edited["rerankTrace"]["items"][0]
                 assert base_top["finalScore"] == base_top["baseScore"]
                 assert edited_top["finalScore"] == pytest.approx(edited_top["baseScore"] + 0.06, abs=1e-3)  # max_boost
+
+
+PRIORITY_DOCS = {
+    # the same topic; the plainest answer has the lowest priority
+    "it/vpn-basics.md": (1, "VPN access for new staff: install the client, sign in with your account, connect."),
+    "it/vpn-remote.md": (2, "Working remotely: the VPN client connects you to the office network from home."),
+    "it/vpn-policy.md": (3, "Network policy: traffic to internal services must go through the VPN at all times."),
+}
+
+
+class TestAHaystackRankerInsertedByYaml:
+    """Retrieval and ranking are separate nodes: any Haystack ranker fits between them by editing the YAML alone."""
+
+    @staticmethod
+    def _insert_after_joiner(text: str, name: str, spec: dict) -> str:
+        data = yaml.safe_load(text)
+        data["components"][name] = spec
+        connections = [
+            c for c in data["connections"] if c != {"sender": "joiner.documents", "receiver": "reranker.documents"}
+        ]
+        assert len(connections) == len(data["connections"]) - 1  # the shipped edge it replaces
+        connections += [
+            {"sender": "joiner.documents", "receiver": f"{name}.documents"},
+            {"sender": f"{name}.documents", "receiver": "reranker.documents"},
+        ]
+        return yaml.safe_dump({**data, "connections": connections}, sort_keys=False)
+
+    def test_meta_field_ranker_reorders_the_evidence(self, tmp_path):
+        kb = tmp_path / "knowledge"
+        for source, (priority, text) in PRIORITY_DOCS.items():
+            (kb / source).parent.mkdir(parents=True, exist_ok=True)
+            title = source.rsplit("/", 1)[1].removesuffix(".md")
+            (kb / source).write_text(
+                f"---\ntitle: {title}\ncategory: it\npriority: {priority}\n---\n# {title}\n\n{text}\n", encoding="utf-8"
+            )
+        deployment = Deployment.resolve(tmp_path / "data")
+        indexer = KnowledgeIndexer(deployment)
+        assert indexer.index(kb, progress=False).indexed == 3
+        indexer.close()
+        edited = tmp_path / "pipelines.yaml"
+        edited.write_text(
+            self._insert_after_joiner(
+                DEFAULT_LOOKUP_PIPELINE.read_text(encoding="utf-8"),
+                "priority_ranker",
+                {
+                    "type": "haystack.components.rankers.meta_field.MetaFieldRanker",
+                    "init_parameters": {"meta_field": "priority", "weight": 0.9, "ranking_mode": "linear_score"},
+                },
+            ),
+            encoding="utf-8",
+        )
+        query = "how do I get VPN access as new staff?"
+        shipped = load_pipeline(data_dir=deployment.data_dir)
+        ranked = load_pipeline(edited, data_dir=deployment.data_dir)
+        assert "priority_ranker" in dict(ranked.walk())
+        first = lookup_with_details(shipped, query)
+        second = lookup_with_details(ranked, query)
+        order = [key.split("#")[0] for key in first[1]["ranking"]]
+        reordered = [key.split("#")[0] for key in second[1]["ranking"]]
+        assert order[0] == "it/vpn-basics.md"  # the plainest answer, by similarity
+        assert reordered == ["it/vpn-policy.md", "it/vpn-remote.md", "it/vpn-basics.md"]  # by priority, descending
+        # the gate, the packer and the result follow the new order: blocks, if any, in priority order
+        blocks = [block["source"] for block in second[0]["evidenceBlocks"]]
+        assert blocks == [source for source in reordered if source in blocks]

@@ -169,6 +169,12 @@ class TestEvidenceGate:
             "d2.md#0",
         ]
 
+    def test_the_ranking_lists_every_candidate_judged_in_rank_order(self):
+        docs = [cand(3, 0.80, score=0.99), cand(1, 0.96, score=0.97), cand(2, 0.70, score=0.5)]
+        out = EvidenceGate().run(documents=docs, query="disk full", retrieval_trace=trace())
+        assert out["ranking"] == ["d3.md#0", "d1.md#0", "d2.md#0"]  # rejected ones too: what was judged
+        assert keys(out) != out["ranking"]
+
     @pytest.mark.parametrize(("runner_up", "relevance"), [(0.925, "high"), (0.94, "medium"), (0.946, "low")])
     def test_relevance_follows_the_lead_over_the_next_document(self, runner_up, relevance):
         docs = [cand(1, 0.95), cand(1, 0.949), cand(2, runner_up)]  # a second chunk of d1 does not count
@@ -192,8 +198,8 @@ class TestEvidenceGate:
 
     def test_empty_input_gives_no_evidence(self):
         out = EvidenceGate().run(documents=[])
-        assert set(out) == {"documents", "evidence_trace"}
-        assert out["documents"] == [] and out["evidence_trace"]["found"] is False
+        assert set(out) == {"documents", "evidence_trace", "ranking"}
+        assert out["documents"] == [] and out["ranking"] == [] and out["evidence_trace"]["found"] is False
         assert out["evidence_trace"]["relevance"] == "none" and out["evidence_trace"]["best"] is None
 
     def test_inputs_are_not_mutated(self):

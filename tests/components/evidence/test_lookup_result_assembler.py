@@ -506,6 +506,14 @@ class TestLookupResultAssembler:
         assert plain["details"]["sidecar"] == {"enabled": False, "status": "off"}
         assert with_sidecar["result"] == plain["result"]
 
+    def test_the_judged_ranking_goes_to_details_only(self):
+        inputs = _inputs([_doc(1), _doc(2)])
+        plain = LookupResultAssembler().run(**inputs)
+        ranked = LookupResultAssembler().run(**inputs, ranking=["alerts/doc2.md#2", "alerts/doc1.md#1", "x.md#0"])
+        assert ranked["details"]["ranking"] == ["alerts/doc2.md#2", "alerts/doc1.md#1", "x.md#0"]
+        assert plain["details"]["ranking"] == []
+        assert ranked["result"] == plain["result"]
+
     def test_details_context_pack_summary_has_no_packed_text(self):
         inputs = _inputs([_doc(1), _doc(2)])
         summary = LookupResultAssembler().run(**inputs)["details"]["context_pack_summary"]

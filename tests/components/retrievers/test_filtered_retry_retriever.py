@@ -14,28 +14,47 @@ from haystack.core.serialization import component_from_dict, component_to_dict
 
 from components.core.embedding_backends import get_backend
 from components.core.scores import normalized_similarity
-from components.core.text_matching import script_language
 from components.retrievers.filtered_retry_retriever import LOW_QUALITY, NO_EVIDENCE, FilteredRetryRetriever
 from components.store.knowledge_collection import KnowledgeCollection
 from components.store.knowledge_index import KnowledgeIndex
 from components.store.lexical import TermStatistics, tokenize
 from components.store.milvus_chunk_store import MilvusChunkStore
 from components.store.schema import CollectionSchema
-from components.store.vector_table import VectorTable, table_rows
-from pipelines.measure.evaluation import load_eval_set
-from tests.conftest import KNOWLEDGE_DIR, index_tiny_kb
+from tests.conftest import index_tiny_kb
 
 DISK_QUESTION = "the disk on a node is full, what should I do"
 INJECTION = 'alerts" or metadata["category"] != "x'
-CANDIDATE_META = ("raw_score", "score_semantics", "retrieval_path", "attempt", "evidence_key")
+CANDIDATE_META = (
+    "similarity",
+    "raw_score",
+    "score_semantics",
+    "retrieval_path",
+    "attempt",
+    "evidence_key",
+    "usable",
+)
+BM25_META = ("bm25", "lexical_ideal", "lexical_best", "lexical_coverage")
+# every key of an attempt's trace (`fallback` only when auto mode fell back); the ranking moved out of the
+# retriever, and with it the attempt's `crosslingual` and `vectors` fields and the `balance` stage
+ATTEMPT_KEYS = {
+    "name",
+    "filter",
+    "mode",
+    "path",
+    "raw_hits",
+    "stale_dropped",
+    "below_threshold_dropped",
+    "candidate_count",
+    "top_score",
+    "lexical_path",
+    "latency_ms",
+    "stage_ms",
+    "error",
+}
 
 
 def embed(query: str) -> list[float]:
     return get_backend("multilingual-e5-small").embed_queries([query])[0].tolist()
-
-
-def embed_crosslingual(query: str) -> list[float]:
-    return get_backend("use-multilingual-v3").embed_queries([query])[0].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -50,14 +69,12 @@ def disk_vector() -> list[float]:
 
 
 COLLECTION_PARAMS = set(inspect.signature(KnowledgeCollection.__init__).parameters) - {"self"}
-# what these tests were written against: dense only, ten candidates, no evidence floor, rank score = similarity
-# (the tiny knowledge base is bilingual, so language balancing would shift scores); each test says what differs
+# what these tests were written against: dense only, ten deep, no evidence floor; each test says what differs
 POLICY = {
     "top_k": 10,
     "reference_threshold": 0.9,
     "evidence_threshold": 0.0,
-    "lexical_weight": 0.0,
-    "language_balance": 0.0,
+    "lexical": False,
 }
 
 
@@ -82,9 +99,16 @@ def attempt_names(out: dict) -> list[str]:
     return [a["name"] for a in out["retrieval_trace"]["attempts"]]
 
 
-def lexical(retriever: FilteredRetryRetriever, query: str, top_k: int) -> list[tuple[str, float]]:
+def lexical(retriever: FilteredRetryRetriever, query: str, top_k: int, category: str | None = None) -> list:
     """The BM25 hits the retriever's collection gives on the retriever's lexical source."""
-    return retriever.collection.lexical_search(query, top_k, source=retriever.lexical_source)[0]
+    filters = {"field": "meta.category", "operator": "==", "value": category} if category else None
+    return retriever.collection.lexical_search(query, top_k, filters, source=retriever.lexical_source)[0]
+
+
+def ideal_score(retriever: FilteredRetryRetriever, query: str) -> float:
+    """The largest BM25 score the query's terms can reach, counted here from the collection's chunks."""
+    rows = retriever.collection.scan(with_content=True)
+    return TermStatistics(tokenize(r["content"]) for r in rows).ideal_score(tokenize(query))
 
 
 class TestFilteredRetryRetriever:
@@ -99,15 +123,27 @@ class TestFilteredRetryRetriever:
         assert retriever.mode == "auto"
         # the shipped pipelines.yaml values (tests/pipelines/test_lookup_pipeline.py checks the two agree)
         assert retriever.top_k == 60
-        assert retriever.search_depth is None
         assert retriever.reference_threshold == 0.94
         assert retriever.evidence_threshold == 0.88
-        assert retriever.lexical_weight == 0.15
+        assert retriever.lexical is True
         assert retriever.lexical_source == "auto"
-        assert retriever.lexical_normalization == "ideal"
-        assert retriever.language_balance == 0.75
-        assert retriever.crosslingual_weight == 0.1
         assert retriever.enabled is True
+        # it retrieves and no longer ranks: fusion, balancing and joining are the rankers' and the joiner's
+        assert list(retriever.__haystack_input__._sockets_dict) == [
+            "query_embedding",
+            "query",
+            "category_filter",
+            "top_k",
+        ]
+        assert list(retriever.__haystack_output__._sockets_dict) == ["candidates", "retrieval_trace"]
+
+    @pytest.mark.parametrize(
+        "removed",
+        ["search_depth", "lexical_weight", "lexical_normalization", "language_balance", "crosslingual_weight"],
+    )
+    def test_ranking_parameters_are_gone(self, removed):
+        with pytest.raises(TypeError, match=removed):
+            FilteredRetryRetriever(**{removed: 1})
 
     def test_init_does_not_connect(self, tmp_path):
         FilteredRetryRetriever(KnowledgeCollection(uri=str(tmp_path / "nowhere" / "milvus.db")))
@@ -118,16 +154,11 @@ class TestFilteredRetryRetriever:
         [
             ({"mode": "fast"}, "mode='fast'"),
             ({"top_k": 0}, "top_k=0"),
-            ({"search_depth": 0}, "search_depth=0"),
-            ({"lexical_weight": -0.1}, "lexical_weight=-0.1"),
             ({"lexical_source": "elastic"}, "lexical_source='elastic'"),
-            ({"lexical_normalization": "max"}, "lexical_normalization='max'"),
-            ({"language_balance": 1.5}, "language_balance=1.5"),
-            ({"language_balance": -0.1}, r"language_balance=-0\.1"),
-            ({"crosslingual_weight": -0.1}, r"crosslingual_weight=-0\.1"),
             ({"reference_threshold": 1.5}, "reference_threshold=1.5"),
             ({"reference_threshold": -0.1}, r"reference_threshold=-0\.1"),
             ({"evidence_threshold": 2.0}, r"evidence_threshold=2\.0"),
+            ({"evidence_threshold": -0.5}, r"evidence_threshold=-0\.5"),
             ({"category_key": 'category"]'}, "metadata key"),
         ],
     )
@@ -141,14 +172,10 @@ class TestFilteredRetryRetriever:
             "category_key": "section",
             "mode": "sdk",
             "top_k": 4,
-            "search_depth": 12,
             "reference_threshold": 0.75,
             "evidence_threshold": 0.3,
-            "lexical_weight": 0.2,
+            "lexical": False,
             "lexical_source": "local",
-            "lexical_normalization": "best",
-            "language_balance": 0.5,
-            "crosslingual_weight": 0.3,
             "enabled": False,
         }
         data = component_to_dict(FilteredRetryRetriever(collection, **params), "retriever")
@@ -163,7 +190,7 @@ class TestFilteredRetryRetriever:
         with pytest.raises(Exception, match="KnowledgeCollection"):
             component_from_dict(FilteredRetryRetriever, data, "retriever")
 
-    # --- run behaviour against a real Milvus Lite store -----------------------------------------------------------
+    # --- attempts, filter and retry against a real Milvus Lite store ----------------------------------------------
 
     @pytest.mark.integration
     def test_no_category_runs_one_unfiltered_attempt(self, make_retriever, disk_vector):
@@ -174,6 +201,7 @@ class TestFilteredRetryRetriever:
         assert trace["fallback_reason"] is None
         assert trace["l1_enabled"] is True and trace["mode"] == "sdk"
         attempt = trace["attempts"][0]
+        assert set(attempt) == ATTEMPT_KEYS
         assert attempt["filter"] is None and attempt["error"] is None and attempt["path"] == "sdk"
         candidates = out["candidates"]
         assert attempt["candidate_count"] == len(candidates) > 0
@@ -181,7 +209,7 @@ class TestFilteredRetryRetriever:
         assert candidates[0].meta["source"] == "alerts/disk.md"
         assert attempt["top_score"] == pytest.approx(candidates[0].score, abs=1e-4)
         scores = [d.score for d in candidates]
-        assert scores == sorted(scores, reverse=True)
+        assert scores == sorted(scores, reverse=True)  # dense hits, found best first
 
     @pytest.mark.integration
     def test_blank_category_counts_as_none(self, make_retriever, disk_vector):
@@ -216,7 +244,7 @@ class TestFilteredRetryRetriever:
         assert trace["fallback_reason"] == NO_EVIDENCE
         assert trace["selected_attempt"] == "unfiltered"
         filtered, unfiltered = trace["attempts"]
-        assert filtered["candidate_count"] == 0 and filtered["error"] is None
+        assert filtered["candidate_count"] == 0 and filtered["error"] is None and filtered["raw_hits"] == 0
         assert unfiltered["candidate_count"] > 0
         assert out["candidates"] and {d.meta["attempt"] for d in out["candidates"]} == {"unfiltered"}
 
@@ -229,97 +257,128 @@ class TestFilteredRetryRetriever:
         assert attempt_names(out) == ["filtered", "unfiltered"]
         assert trace["fallback_reason"] == LOW_QUALITY
         assert trace["selected_attempt"] == "unfiltered"
-        filtered = trace["attempts"][0]
+        filtered, unfiltered = trace["attempts"]
         assert filtered["candidate_count"] > 0 and filtered["top_score"] < 0.99
         candidates = out["candidates"]
-        # the disk runbook found by the retry outranks the weak filtered hits
+        # every candidate of both attempts, the retry's first: the joiner after the rankers merges them
+        attempts = [d.meta["attempt"] for d in candidates]
+        assert attempts == ["unfiltered"] * unfiltered["candidate_count"] + ["filtered"] * filtered["candidate_count"]
         assert candidates[0].meta["source"] == "alerts/disk.md"
-        assert candidates[0].meta["attempt"] == "unfiltered"
-        # low-quality filtered candidates still compete (a chunk the retry found too names both attempts)
-        assert any(
-            "filtered" in d.meta.get("attempts", [d.meta["attempt"]]) and d.meta["category"] == "product-faq"
-            for d in candidates
-        )
-        scores = [d.score for d in candidates]
-        assert scores == sorted(scores, reverse=True)
+        # the low-quality filtered candidates are handed on to compete
+        filtered_docs = [d for d in candidates if d.meta["attempt"] == "filtered"]
+        assert filtered_docs and {d.meta["category"] for d in filtered_docs} == {"product-faq"}
+        # a chunk both attempts found comes once from each, with the same similarity
+        unfiltered_scores = {d.id: d.score for d in candidates if d.meta["attempt"] == "unfiltered"}
+        assert all(unfiltered_scores[d.id] == pytest.approx(d.score) for d in filtered_docs)
+        for name in ("unfiltered", "filtered"):
+            scores = [d.score for d in candidates if d.meta["attempt"] == name]
+            assert scores == sorted(scores, reverse=True)
 
     @pytest.mark.integration
-    def test_a_chunk_both_attempts_found_is_a_candidate_once(self, make_retriever, disk_vector):
-        def scores(out: dict) -> dict[str, float]:
-            return {d.id: d.score for d in out["candidates"]}
+    def test_each_attempt_hands_on_what_it_found_alone(self, make_retriever, disk_vector):
+        """A retry's candidates are those of the filtered and of the unfiltered search, as each finds them alone."""
 
-        run = {"query_embedding": disk_vector}
-        filtered = scores(
-            make_retriever(mode="sdk", top_k=20, reference_threshold=0.0).run(**run, category_filter="product-faq")
-        )
-        unfiltered = scores(make_retriever(mode="sdk", top_k=20).run(**run))
-        both = set(filtered) & set(unfiltered)
-        assert both, "the test needs chunks that both attempts find"
-        out = make_retriever(mode="sdk", top_k=20, reference_threshold=0.99).run(**run, category_filter="product-faq")
+        def found(out: dict) -> list[tuple[str, float]]:
+            return [(d.id, d.score) for d in out["candidates"]]
+
+        run = {"query_embedding": disk_vector, "query": DISK_QUESTION}
+        alone_filtered = make_retriever(reference_threshold=0.0, lexical=True).run(**run, category_filter="product-faq")
+        alone_unfiltered = make_retriever(lexical=True).run(**run)
+        out = make_retriever(reference_threshold=0.99, lexical=True).run(**run, category_filter="product-faq")
         assert attempt_names(out) == ["filtered", "unfiltered"]
-        ids = [d.id for d in out["candidates"]]
-        # once per chunk, so that the gate's standout and decision depth count chunks, not copies
-        assert len(ids) == len(set(ids)) == len(set(filtered) | set(unfiltered))
-        merged = scores(out)
-        assert all(merged[i] == max(filtered[i], unfiltered[i]) for i in both)
-        # and it says that both found it, so that its hit reasons can
-        found_by = {d.id: sorted(d.meta.get("attempts", [d.meta["attempt"]])) for d in out["candidates"]}
-        assert all(found_by[i] == ["filtered", "unfiltered"] for i in both)
-        assert all(len(found_by[i]) == 1 for i in set(ids) - both)
-        assert list(merged.values()) == sorted(merged.values(), reverse=True)
+        retried = found(out)
+        assert retried == found(alone_unfiltered) + found(alone_filtered)
+        assert len({i for i, _ in retried}) < len(retried), "the test needs a chunk both attempts find"
+
+    # --- the usable flag, candidate_count and top_score -----------------------------------------------------------
 
     @pytest.mark.integration
-    def test_evidence_threshold_drops_weak_candidates(self, make_retriever, disk_vector):
+    def test_evidence_threshold_flags_weak_candidates(self, make_retriever, disk_vector):
         baseline = make_retriever(mode="sdk").run(query_embedding=disk_vector)["candidates"]
-        assert len(baseline) >= 3
+        assert len(baseline) >= 3 and all(d.meta["usable"] is True for d in baseline)
         threshold = (baseline[1].score + baseline[2].score) / 2
         assert baseline[1].score > threshold > baseline[2].score
         out = make_retriever(mode="sdk", evidence_threshold=threshold).run(query_embedding=disk_vector)
-        assert [d.id for d in out["candidates"]] == [d.id for d in baseline[:2]]
+        # nothing is dropped any more: the weak candidates are flagged, for the joiner to leave out
+        assert [d.id for d in out["candidates"]] == [d.id for d in baseline]
+        assert [d.meta["usable"] for d in out["candidates"]] == [True, True] + [False] * (len(baseline) - 2)
+        assert all(d.meta["similarity"] < threshold for d in out["candidates"] if not d.meta["usable"])
         attempt = out["retrieval_trace"]["attempts"][0]
         assert attempt["below_threshold_dropped"] == len(baseline) - 2
+        assert attempt["candidate_count"] == 2
+        assert attempt["top_score"] == pytest.approx(baseline[0].score, abs=1e-4)
 
     @pytest.mark.integration
-    def test_evidence_threshold_near_one_leaves_no_candidates(self, make_retriever, disk_vector):
+    def test_evidence_threshold_near_one_leaves_no_usable_candidate(self, make_retriever, disk_vector):
         out = make_retriever(mode="sdk", evidence_threshold=0.999).run(
             query_embedding=disk_vector, category_filter="alerts"
         )
         trace = out["retrieval_trace"]
-        assert out["candidates"] == []
         assert attempt_names(out) == ["filtered", "unfiltered"]
         assert trace["fallback_reason"] == NO_EVIDENCE
         for attempt in trace["attempts"]:
             assert attempt["candidate_count"] == 0
             assert attempt["top_score"] is None
             assert attempt["raw_hits"] > 0 and attempt["below_threshold_dropped"] == attempt["raw_hits"]
+        # every candidate found is still handed on, none of them usable
+        assert len(out["candidates"]) == sum(a["raw_hits"] for a in trace["attempts"])
+        assert all(d.meta["usable"] is False for d in out["candidates"])
 
     @pytest.mark.integration
-    def test_top_k_override(self, make_retriever, disk_vector):
-        retriever = make_retriever(mode="sdk")
-        full = retriever.run(query_embedding=disk_vector)["candidates"]
-        out = retriever.run(query_embedding=disk_vector, top_k=2)
-        assert [d.id for d in out["candidates"]] == [d.id for d in full[:2]]
-
-    @pytest.mark.integration
-    def test_search_depth_fuses_deeper_and_keeps_top_k(self, make_retriever, disk_vector):
-        params = {"mode": "sdk", "lexical_weight": 0.2}
-        shallow = make_retriever(top_k=1, **params).run(query_embedding=disk_vector, query=DISK_QUESTION)
-        deep = make_retriever(top_k=1, search_depth=5, **params).run(query_embedding=disk_vector, query=DISK_QUESTION)
-        wide = make_retriever(top_k=5, **params).run(query_embedding=disk_vector, query=DISK_QUESTION)
-        shallow_attempt, deep_attempt = (
-            shallow["retrieval_trace"]["attempts"][0],
-            deep["retrieval_trace"]["attempts"][0],
+    def test_a_filtered_attempt_with_only_unusable_candidates_is_no_evidence(self, make_retriever, disk_vector):
+        """The retry decision counts usable candidates: found but too weak is as good as nothing."""
+        baseline = make_retriever(mode="sdk").run(query_embedding=disk_vector)["candidates"]
+        plans = max(d.score for d in baseline if d.meta["category"] == "product-faq")
+        threshold = (plans + baseline[0].score) / 2  # the disk runbook is usable, the plans chunk is not
+        out = make_retriever(mode="sdk", evidence_threshold=threshold).run(
+            query_embedding=disk_vector, category_filter="product-faq"
         )
-        assert deep_attempt["raw_hits"] > shallow_attempt["raw_hits"]
-        assert deep_attempt["candidate_count"] == len(deep["candidates"]) == 1
-        # the one kept is the best of the deeper fused pool, as if all five had been returned
-        assert [d.id for d in deep["candidates"]] == [d.id for d in wide["candidates"][:1]]
-        assert deep["candidates"][0].score == pytest.approx(wide["candidates"][0].score)
+        trace = out["retrieval_trace"]
+        filtered, unfiltered = trace["attempts"]
+        assert filtered["raw_hits"] > 0 and filtered["candidate_count"] == 0 and filtered["top_score"] is None
+        assert trace["fallback_reason"] == NO_EVIDENCE
+        assert unfiltered["candidate_count"] > 0
+        assert unfiltered["top_score"] == pytest.approx(baseline[0].score, abs=1e-4)
+        flagged = [d for d in out["candidates"] if d.meta["attempt"] == "filtered"]
+        assert flagged and all(d.meta["usable"] is False for d in flagged)
 
     @pytest.mark.integration
-    def test_search_depth_below_top_k_searches_top_k(self, make_retriever, disk_vector):
-        out = make_retriever(top_k=3, search_depth=1, mode="sdk").run(query_embedding=disk_vector)
-        assert len(out["candidates"]) == 3
+    def test_top_score_is_the_best_usable_similarity_not_a_fused_score(self, make_retriever, disk_vector):
+        out = make_retriever(lexical=True).run(query_embedding=disk_vector, query=DISK_QUESTION)
+        candidates = out["candidates"]
+        assert any(d.meta.get("bm25", 0) > 0 for d in candidates)
+        # the retriever does not fuse: every score is the candidate's similarity, BM25 or not
+        assert all(d.score == d.meta["similarity"] for d in candidates)
+        attempt = out["retrieval_trace"]["attempts"][0]
+        assert attempt["top_score"] == round(max(d.meta["similarity"] for d in candidates), 4)
+
+    @pytest.mark.integration
+    def test_top_k_is_how_deep_each_attempt_searches_not_a_cut(self, make_retriever, disk_vector, monkeypatch):
+        retriever = make_retriever(mode="sdk", lexical=True)
+        collection = retriever.collection
+        limits: dict[str, list[int]] = {"dense": [], "lexical": []}
+        dense, lexical_search = collection.dense_search, collection.lexical_search
+
+        def spy_dense(vector, top_k, *args, **kwargs):
+            limits["dense"].append(top_k)
+            return dense(vector, top_k, *args, **kwargs)
+
+        def spy_lexical(query, top_k, *args, **kwargs):
+            limits["lexical"].append(top_k)
+            return lexical_search(query, top_k, *args, **kwargs)
+
+        monkeypatch.setattr(collection, "dense_search", spy_dense)
+        monkeypatch.setattr(collection, "lexical_search", spy_lexical)
+        full = retriever.run(query_embedding=disk_vector)["candidates"]  # no query: no BM25
+        assert limits == {"dense": [20], "lexical": []}
+        out = retriever.run(query_embedding=disk_vector, top_k=2)  # the run overrides the init top_k
+        assert limits == {"dense": [20, 4], "lexical": []}
+        # twice top_k dense hits, all of them handed on and usable: nothing is cut to top_k
+        assert [d.id for d in out["candidates"]] == [d.id for d in full[:4]]
+        assert out["retrieval_trace"]["attempts"][0]["candidate_count"] == 4
+        out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION, top_k=1)
+        assert limits == {"dense": [20, 4, 2], "lexical": [1]}
+        assert out["retrieval_trace"]["attempts"][0]["candidate_count"] == len(out["candidates"]) >= 2
 
     def test_disabled_runs_no_attempt(self, disk_vector, tmp_path):
         collection = KnowledgeCollection(uri=str(tmp_path / "milvus.db"), index_path=str(tmp_path / "index.json"))
@@ -335,11 +394,14 @@ class TestFilteredRetryRetriever:
         retriever = FilteredRetryRetriever(
             KnowledgeCollection(uri=str(tmp_path / "milvus.db"), index_path=str(tmp_path / "index.json"))
         )
-        out = retriever.run(query_embedding=[], category_filter="alerts")
+        out = retriever.run(query_embedding=[], query="disk full", category_filter="alerts")
         assert out["candidates"] == []
         assert out["retrieval_trace"]["attempts"] == []
         assert out["retrieval_trace"]["l1_enabled"] is True
         assert out["retrieval_trace"]["selected_attempt"] is None
+        assert not (tmp_path / "milvus.db").exists()
+
+    # --- provenance, paths and the store ---------------------------------------------------------------------
 
     @pytest.mark.integration
     @pytest.mark.parametrize("mode", ["sdk", "haystack"])
@@ -356,9 +418,15 @@ class TestFilteredRetryRetriever:
             assert doc.meta["retrieval_path"] == mode
             assert doc.meta["attempt"] in ("filtered", "unfiltered")
             assert doc.meta["evidence_key"] == f"{doc.meta['source']}#{doc.meta['chunk_index']}"
+            assert doc.meta["usable"] is True  # no evidence floor here
             assert 0.0 <= doc.score <= 1.0
+            assert doc.score == doc.meta["similarity"]
             assert doc.score == pytest.approx(normalized_similarity(doc.meta["raw_score"], "L2"), abs=1e-4)
             assert doc.meta["doc_version"]  # original chunk metadata is kept, flattened
+            assert doc.embedding is None
+            # dense only: no BM25 facts, and nothing a ranker adds
+            assert not set(BM25_META) & set(doc.meta)
+            assert not {"lexical_score", "language_offset", "crosslingual_bonus", "attempts"} & set(doc.meta)
 
     @pytest.mark.integration
     @pytest.mark.parametrize("category", [None, "alerts", "payments"])
@@ -403,6 +471,7 @@ class TestFilteredRetryRetriever:
         assert attempt["fallback"]["from"] == "haystack"
         assert attempt["fallback"]["to"] == "sdk"
         assert "boom" in attempt["fallback"]["reason"]
+        assert set(attempt) == ATTEMPT_KEYS | {"fallback"}
         assert attempt["path"] == "sdk"
         assert out["candidates"] and {d.meta["retrieval_path"] for d in out["candidates"]} == {"sdk"}
         assert {d.meta["category"] for d in out["candidates"]} == {"alerts"}
@@ -438,10 +507,13 @@ class TestFilteredRetryRetriever:
             out = make_retriever(mode=mode, index_path=str(tmp_path / "knowledge_index.json")).run(
                 query_embedding=disk_vector
             )
+            # dropped, not flagged: a superseded chunk is not a candidate at all
             sources = {d.meta["source"] for d in out["candidates"]}
             assert "alerts/disk.md" not in sources
             assert sources == {"payments/refund.md", "faq/plans.md"}
-            assert out["retrieval_trace"]["attempts"][0]["stale_dropped"] == len(alerts_chunks)
+            attempt = out["retrieval_trace"]["attempts"][0]
+            assert attempt["stale_dropped"] == len(alerts_chunks)
+            assert attempt["candidate_count"] == len(out["candidates"])
 
     @pytest.mark.integration
     def test_index_change_is_picked_up_without_restart(self, make_retriever, data_dir, disk_vector, tmp_path):
@@ -469,19 +541,20 @@ class TestFilteredRetryRetriever:
     @pytest.mark.integration
     @pytest.mark.parametrize("mode", ["sdk", "haystack", "auto"])
     def test_category_with_expression_syntax_is_matched_literally(self, make_retriever, disk_vector, mode):
-        out = make_retriever(mode=mode, reference_threshold=0.5).run(
-            query_embedding=disk_vector, category_filter=INJECTION
+        out = make_retriever(mode=mode, reference_threshold=0.5, lexical=True).run(
+            query_embedding=disk_vector, query=DISK_QUESTION, category_filter=INJECTION
         )
         trace = out["retrieval_trace"]
         filtered = trace["attempts"][0]
         assert filtered["name"] == "filtered"
         assert filtered["filter"] == {"category": INJECTION}
         assert filtered["candidate_count"] == 0
-        assert filtered["raw_hits"] == 0
+        assert filtered["raw_hits"] == 0  # neither the dense search nor BM25 matched anything
+        assert filtered["lexical_path"] is not None
         assert filtered["error"] is None  # a parse error would mean the value reached the expression unquoted
         assert "fallback" not in filtered
         assert trace["fallback_reason"] == NO_EVIDENCE
-        assert all(d.meta["attempt"] == "unfiltered" for d in out["candidates"])
+        assert out["candidates"] and all(d.meta["attempt"] == "unfiltered" for d in out["candidates"])
 
     @pytest.mark.integration
     def test_cosine_collection_uses_the_same_scale(self, make_retriever, data_dir, disk_vector):
@@ -511,6 +584,7 @@ class TestFilteredRetryRetriever:
                 assert got.meta["score_semantics"] == "cosine_similarity"
                 assert got.meta["retrieval_path"] == mode
                 assert got.score == pytest.approx(want.score, abs=1e-3)
+                assert got.meta["similarity"] == got.score
 
     @pytest.mark.integration
     @pytest.mark.parametrize("mode", ["sdk", "haystack"])
@@ -560,7 +634,9 @@ class TestFilteredRetryRetriever:
     def test_inputs_are_not_mutated(self, make_retriever, disk_vector):
         vector = list(disk_vector)
         original = copy.deepcopy(vector)
-        make_retriever(mode="auto", reference_threshold=0.99).run(query_embedding=vector, category_filter="alerts")
+        make_retriever(mode="auto", reference_threshold=0.99, lexical=True).run(
+            query_embedding=vector, query=DISK_QUESTION, category_filter="alerts"
+        )
         assert vector == original
 
     @pytest.mark.integration
@@ -570,47 +646,61 @@ class TestFilteredRetryRetriever:
         assert {d.meta["category"] for d in first["candidates"]} == {"payments"}
         second = retriever.run(query_embedding=disk_vector)
         assert {d.meta["category"] for d in second["candidates"]} == {"alerts", "payments", "product-faq"}
+        assert {d.meta["attempt"] for d in second["candidates"]} == {"unfiltered"}
 
-    # --- hybrid (dense + BM25) ----------------------------------------------------------------------------------
+    # --- BM25 beside the dense search ---------------------------------------------------------------------------
 
-    def test_lexical_weight_adds_a_bm25_bonus_and_keeps_similarity(self, make_retriever, disk_vector):
-        plain = make_retriever(top_k=3, lexical_weight=0.0).run(query_embedding=disk_vector, query=DISK_QUESTION)
-        hybrid = make_retriever(top_k=3, lexical_weight=0.1).run(query_embedding=disk_vector, query=DISK_QUESTION)
-        assert all("lexical_score" not in d.meta for d in plain["candidates"])
-        best = hybrid["candidates"][0]
-        assert 0 < best.meta["lexical_score"] <= 0.1
-        assert best.score == pytest.approx(best.meta["similarity"] + best.meta["lexical_score"], abs=1e-3)
-        scores = [d.score for d in hybrid["candidates"]]
-        assert scores == sorted(scores, reverse=True)
-        # the reference threshold is checked on similarity, never on the fused score
-        assert hybrid["retrieval_trace"]["attempts"][0]["top_score"] <= 1.0
-
+    @pytest.mark.integration
     @pytest.mark.parametrize("source", ["milvus", "local"])
-    def test_ideal_normalization_divides_by_the_query_terms_largest_score(self, make_retriever, disk_vector, source):
-        retriever = make_retriever(top_k=3, lexical_weight=0.1, lexical_source=source)
+    def test_bm25_facts_come_with_every_candidate_of_the_attempt(self, make_retriever, disk_vector, source):
+        retriever = make_retriever(top_k=3, lexical=True, lexical_source=source)
         out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
+        assert out["retrieval_trace"]["attempts"][0]["lexical_path"] == source
         pairs = lexical(retriever, DISK_QUESTION, 3)
-        rows = retriever.collection.scan(with_content=True)
-        ideal = TermStatistics(tokenize(r["content"]) for r in rows).ideal_score(tokenize(DISK_QUESTION))
-        bonus = {d.id: d.meta["lexical_score"] for d in out["candidates"] if "lexical_score" in d.meta}
-        assert bonus
-        for chunk, score in pairs:
-            if chunk in bonus:
-                assert bonus[chunk] == pytest.approx(0.1 * score / ideal, abs=1e-4)
-        # a query matches only part of what its terms could: the best hit gets less than the full weight
-        assert 0 < max(bonus.values()) < 0.1
+        assert pairs, "the test needs BM25 hits"
+        ideal = ideal_score(retriever, DISK_QUESTION)
+        bm25 = dict(pairs)
+        candidates = out["candidates"]
+        assert {d.id for d in candidates} >= set(bm25)  # every BM25 hit is a candidate
+        for doc in candidates:
+            assert doc.meta["bm25"] == pytest.approx(bm25.get(doc.id, 0.0), abs=1e-4)  # raw; 0.0: not found by it
+            assert doc.meta["lexical_ideal"] == pytest.approx(ideal, abs=1e-4)
+            assert doc.meta["lexical_best"] == pytest.approx(pairs[0][1], abs=1e-4)
+            assert doc.meta["lexical_coverage"] == pytest.approx(min(1.0, bm25.get(doc.id, 0.0) / ideal), abs=1e-4)
+            assert doc.score == doc.meta["similarity"]  # not fused here: that is HybridFusionRanker's
+            assert "lexical_score" not in doc.meta
+        # a query matches only part of what its terms could: the best hit covers less than all of it
+        assert 0 < max(d.meta["lexical_coverage"] for d in candidates) < 1
 
-    def test_best_normalization_gives_the_best_lexical_hit_the_full_weight(self, make_retriever, disk_vector):
-        retriever = make_retriever(top_k=3, lexical_weight=0.1, lexical_normalization="best")
+    @pytest.mark.integration
+    def test_an_attempt_whose_bm25_found_nothing_adds_no_bm25_facts(self, make_retriever, disk_vector):
+        retriever = make_retriever(lexical=True, reference_threshold=0.0)
+        assert lexical(retriever, DISK_QUESTION, 10, "product-faq") == []  # no word of it in the plans chunk
+        out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION, category_filter="product-faq")
+        attempt = out["retrieval_trace"]["attempts"][0]
+        assert attempt["lexical_path"] is not None and attempt["error"] is None
+        assert out["candidates"] and all(not set(BM25_META) & set(d.meta) for d in out["candidates"])
+
+    @pytest.mark.integration
+    def test_lexical_off_runs_no_bm25(self, make_retriever, disk_vector, monkeypatch):
+        retriever = make_retriever(lexical=False)
+
+        def broken(*args, **kwargs):
+            raise AssertionError("BM25 ran")
+
+        monkeypatch.setattr(retriever.collection, "lexical_search", broken)
         out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
-        (best_chunk, _), *_ = lexical(retriever, DISK_QUESTION, 3)
-        assert {d.id: d.meta["lexical_score"] for d in out["candidates"]}[best_chunk] == pytest.approx(0.1)
+        attempt = out["retrieval_trace"]["attempts"][0]
+        assert attempt["error"] is None and attempt["lexical_path"] is None
+        assert set(attempt["stage_ms"]) == {"dense"}
+        assert out["candidates"] and all("bm25" not in d.meta for d in out["candidates"])
 
+    @pytest.mark.integration
     def test_term_statistics_follow_an_index_change(self, make_retriever, data_dir, disk_vector, tmp_path):
         index_path = tmp_path / "knowledge_index.json"
         index = KnowledgeIndex.load(data_dir / "knowledge_index.json")
         index.save(index_path)
-        retriever = make_retriever(lexical_weight=0.1, lexical_source="milvus", index_path=str(index_path))
+        retriever = make_retriever(lexical=True, lexical_source="milvus", index_path=str(index_path))
         retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
         before = retriever.collection.term_statistics("milvus")
         assert retriever.collection.term_statistics("milvus") is before  # once per index change, not per lookup
@@ -618,24 +708,40 @@ class TestFilteredRetryRetriever:
         index.save(index_path)
         assert retriever.collection.term_statistics("milvus") is not before
 
+    @pytest.mark.integration
     def test_chunks_found_only_by_bm25_join_with_their_own_similarity(self, make_retriever):
         query = "Pro plan API access seats"
         vector = embed("完全无关的问题：今天天气怎么样")  # dense alone would not rank the plans chunk first
-        out = make_retriever(top_k=1, lexical_weight=0.5, mode="sdk").run(query_embedding=vector, query=query)
-        by_path = {d.meta["retrieval_path"]: d for d in out["candidates"]}
-        assert "bm25" in by_path, [d.meta["retrieval_path"] for d in out["candidates"]]
-        lexical_only = by_path["bm25"]
+        out = make_retriever(top_k=1, lexical=True, mode="sdk").run(query_embedding=vector, query=query)
+        paths = [d.meta["retrieval_path"] for d in out["candidates"]]
+        assert "bm25" in paths, paths
+        # found order: the dense hits, then the chunks only BM25 found
+        assert paths == sorted(paths, key=lambda p: p == "bm25")
+        lexical_only = out["candidates"][paths.index("bm25")]
         assert lexical_only.meta["source"] == "faq/plans.md"
         assert lexical_only.meta["score_semantics"] == "l2_distance"
         assert lexical_only.meta["similarity"] == pytest.approx(
             normalized_similarity(lexical_only.meta["raw_score"], "L2")
         )
+        assert lexical_only.score == lexical_only.meta["similarity"]
+        assert lexical_only.meta["bm25"] > 0 and lexical_only.meta["usable"] is True
+        # its similarity is its stored vector's, as the dense search would have scored it
+        (stored,) = [
+            d for d in make_retriever(mode="sdk").run(query_embedding=vector)["candidates"] if d.id == lexical_only.id
+        ]
+        assert lexical_only.meta["similarity"] == pytest.approx(stored.score, abs=1e-4)
         assert float(np.dot(vector, embed(query))) < 0.95  # the two embeddings really differ
 
+    @pytest.mark.integration
     def test_bm25_hits_respect_the_category_filter(self, make_retriever, disk_vector):
-        out = make_retriever(top_k=5, lexical_weight=0.5, reference_threshold=0.5).run(
-            query_embedding=disk_vector, query="Basic plan price seats", category_filter="alerts"
+        query = "Basic plan price seats"
+        unfiltered = make_retriever(top_k=5, lexical=True).run(query_embedding=disk_vector, query=query)
+        assert any(d.meta["category"] == "product-faq" and d.meta["bm25"] > 0 for d in unfiltered["candidates"])
+        out = make_retriever(top_k=5, lexical=True, reference_threshold=0.5).run(
+            query_embedding=disk_vector, query=query, category_filter="alerts"
         )
+        assert attempt_names(out) == ["filtered"]
+        assert out["retrieval_trace"]["attempts"][0]["lexical_path"] is not None
         assert {d.meta["category"] for d in out["candidates"]} == {"alerts"}
 
     # --- where BM25 runs: inside Milvus or in-process -----------------------------------------------------------
@@ -671,311 +777,96 @@ class TestFilteredRetryRetriever:
         index.statistics.bm25_index = None  # an index written before the BM25 file existed
         index.save(without)
         for index_path, path in [(data_dir / "knowledge_index.json", "local"), (without, "milvus")]:
-            retriever = make_retriever(lexical_weight=0.1, index_path=str(index_path))
+            retriever = make_retriever(lexical=True, index_path=str(index_path))
             assert retriever.collection.full_text_field() == "sparse"
             out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
             assert [a["lexical_path"] for a in out["retrieval_trace"]["attempts"]] == [path]
-            assert any(d.meta.get("lexical_score", 0) > 0 for d in out["candidates"])
+            assert any(d.meta.get("bm25", 0) > 0 for d in out["candidates"])
 
     @pytest.mark.integration
     def test_auto_uses_in_process_bm25_on_a_collection_without_full_text(self, make_retriever, data_dir, disk_vector):
         self._copy_without_full_text(data_dir, "no_full_text")
-        out = make_retriever(collection_name="no_full_text", lexical_weight=0.1).run(
+        out = make_retriever(collection_name="no_full_text", lexical=True).run(
             query_embedding=disk_vector, query=DISK_QUESTION
         )
         attempt = out["retrieval_trace"]["attempts"][0]
         assert (attempt["error"], attempt["lexical_path"]) == (None, "local")
-        assert any(d.meta.get("lexical_score", 0) > 0 for d in out["candidates"])
+        assert any(d.meta.get("bm25", 0) > 0 for d in out["candidates"])
 
     @pytest.mark.integration
     def test_forcing_milvus_bm25_on_a_collection_without_full_text_is_a_recorded_error(
         self, make_retriever, data_dir, disk_vector
     ):
         self._copy_without_full_text(data_dir, "no_full_text_forced")
-        retriever = make_retriever(collection_name="no_full_text_forced", lexical_weight=0.1, lexical_source="milvus")
+        retriever = make_retriever(collection_name="no_full_text_forced", lexical=True, lexical_source="milvus")
         out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
-        assert "no BM25 full-text field" in out["retrieval_trace"]["attempts"][0]["error"]
+        attempt = out["retrieval_trace"]["attempts"][0]
+        assert "no BM25 full-text field" in attempt["error"]
+        assert attempt["candidate_count"] == 0
         assert out["candidates"] == []
 
-    # --- language balance, coverage and calibration ------------------------------------------------------------
-
     @pytest.mark.integration
-    def test_language_balance_lifts_answers_in_the_other_language(self, knowledge_data):
-        """On the repository's bilingual knowledge base: cross-lingual answers rank higher, similarity unchanged."""
-        collection = {
-            "uri": str(knowledge_data / "milvus.db"),
-            "index_path": str(knowledge_data / "knowledge_index.json"),
-        }
-        queries = [q for q in load_eval_set(KNOWLEDGE_DIR / "eval.jsonl") if q.type == "cross-lingual"]
-        assert len(queries) >= 10
-        plain = FilteredRetryRetriever(KnowledgeCollection(**collection), language_balance=0.0)
-        balanced = FilteredRetryRetriever(KnowledgeCollection(**collection), language_balance=0.75)
-
-        def first_rank(out: dict, expected: list[str]) -> int:
-            docs = [d.meta["doc_id"] for d in out["candidates"]]
-            return min((docs.index(e) for e in expected if e in docs), default=len(docs))
-
-        lifted, lowered = 0, 0
-        for query in queries:
-            vector = embed(query.query)
-            before = plain.run(query_embedding=vector, query=query.query)
-            after = balanced.run(query_embedding=vector, query=query.query)
-            lifted += first_rank(after, query.expected) < first_rank(before, query.expected)
-            lowered += first_rank(after, query.expected) > first_rank(before, query.expected)
-            by_id = {d.id: d for d in before["candidates"]}
-            for doc in after["candidates"]:
-                if doc.id in by_id:  # the similarity itself is never changed
-                    assert doc.meta["similarity"] == pytest.approx(by_id[doc.id].meta["similarity"])
-                assert doc.meta["language"] in ("en", "zh") and "language_offset" in doc.meta
-        assert lifted >= len(queries) / 2 and lowered <= 2
-        plain.close()
-        balanced.close()
-
-    @pytest.mark.integration
-    def test_crosslingual_bonus_lifts_other_language_answers_and_keeps_same_language_order(self, knowledge_data):
-        """On the bilingual knowledge base: the bonus moves only other-language candidates, by the stated amount."""
-        collection = {
-            "uri": str(knowledge_data / "milvus.db"),
-            "index_path": str(knowledge_data / "knowledge_index.json"),
-        }
-        queries = [q for q in load_eval_set(KNOWLEDGE_DIR / "eval.jsonl") if q.type == "cross-lingual"]
-        without = FilteredRetryRetriever(KnowledgeCollection(**collection), crosslingual_weight=0.0)
-        with_bonus = FilteredRetryRetriever(KnowledgeCollection(**collection), crosslingual_weight=0.1)
-
-        def first_rank(out: dict, expected: list[str]) -> int:
-            docs = [d.meta["doc_id"] for d in out["candidates"]]
-            return min((docs.index(e) for e in expected if e in docs), default=len(docs))
-
-        lifted, lowered = 0, 0
-        for query in queries:
-            vector, bridge = embed(query.query), embed_crosslingual(query.query)
-            before = without.run(query_embedding=vector, query=query.query, crosslingual_embedding=bridge)
-            after = with_bonus.run(query_embedding=vector, query=query.query, crosslingual_embedding=bridge)
-            lifted += first_rank(after, query.expected) < first_rank(before, query.expected)
-            lowered += first_rank(after, query.expected) > first_rank(before, query.expected)
-            language = script_language(query.query)
-            same = [d for d in after["candidates"] if d.meta["language"] == language]
-            (attempt,) = after["retrieval_trace"]["attempts"]
-            assert attempt["crosslingual"]["status"] == "applied"
-            reference = attempt["crosslingual"]["reference"]  # the median over every same-language hit fused
-            for doc in after["candidates"]:
-                expected_bonus = (
-                    0.0 if doc.meta["language"] == language else 0.1 * (doc.meta["crosslingual_similarity"] - reference)
-                )
-                assert doc.meta["crosslingual_bonus"] == pytest.approx(expected_bonus, abs=2e-3)
-            both = {d.id for d in same} & {d.id for d in before["candidates"]}
-            order_after = [d.id for d in same if d.id in both]
-            assert order_after == [d.id for d in before["candidates"] if d.id in both]  # e5 orders them alike
-            assert before["retrieval_trace"]["attempts"][0]["crosslingual"] is None  # weight 0: not applied
-        assert lifted >= len(queries) / 2 and lowered <= 2
-        without.close()
-        with_bonus.close()
-
-    @pytest.mark.integration
-    @pytest.mark.parametrize("mode", ["haystack", "sdk"])
-    @pytest.mark.parametrize("source", ["table", "search"])
-    def test_balancing_reads_each_candidates_own_vectors_and_returns_none(self, knowledge_data, mode, source):
-        collection = KnowledgeCollection(
-            uri=str(knowledge_data / "milvus.db"), index_path=str(knowledge_data / "knowledge_index.json")
-        )
-        if source == "search":  # an index written before vector tables: the search returns the vectors
-            collection.vector_table = lambda: None
-        retriever = FilteredRetryRetriever(collection, mode=mode)
-        query = "how long do refunds take?"
-        query_vector = embed_crosslingual(query)
-        out = retriever.run(query_embedding=embed(query), query=query, crosslingual_embedding=query_vector)
-        assert out["retrieval_trace"]["attempts"][0]["vectors"] == source
-        candidates = out["candidates"]
-        assert candidates and all(d.embedding is None and "_vectors" not in d.meta for d in candidates)
-        # each similarity is the one of that chunk's own stored vector, read here by id in a request of its own
-        stored = collection.crosslingual_vectors([d.id for d in candidates])
-        unit = np.asarray(query_vector) / np.linalg.norm(query_vector)
-        for doc in candidates:
-            expected = float(np.asarray(stored[doc.id]) @ unit / np.linalg.norm(stored[doc.id]))
-            assert doc.meta["crosslingual_similarity"] == pytest.approx(expected, abs=1e-4)
-        retriever.close()
-
-    @staticmethod
-    def _ranking(knowledge_data: Path, query: str, collection_setup=None) -> tuple[list, dict]:
-        collection = KnowledgeCollection(
-            uri=str(knowledge_data / "milvus.db"), index_path=str(knowledge_data / "knowledge_index.json")
-        )
-        if collection_setup is not None:
-            collection_setup(collection)
-        retriever = FilteredRetryRetriever(collection)
-        out = retriever.run(query_embedding=embed(query), query=query, crosslingual_embedding=embed_crosslingual(query))
-        retriever.close()
-        ranking = [(d.id, d.score, d.meta) for d in out["candidates"]]
-        return ranking, out["retrieval_trace"]["attempts"][0]
-
-    @pytest.mark.integration
-    @pytest.mark.parametrize("query", ["how long do refunds take?", "磁盘满了怎么办", "rotate the API keys"])
-    def test_the_vector_table_ranks_exactly_as_vectors_read_with_the_search(self, knowledge_data, query, monkeypatch):
-        searched: list[tuple[str, ...]] = []
-        dense_search = KnowledgeCollection.dense_search
-
-        def spy(self, *args, **kwargs):
-            searched.append(tuple(kwargs.get("vector_fields", ())))
-            return dense_search(self, *args, **kwargs)
-
-        monkeypatch.setattr(KnowledgeCollection, "dense_search", spy)
-        from_table, attempt = self._ranking(knowledge_data, query)
-        assert attempt["vectors"] == "table" and searched == [()]  # no vectors came with the search
-        from_search, attempt = self._ranking(knowledge_data, query, lambda c: setattr(c, "vector_table", lambda: None))
-        assert attempt["vectors"] == "search" and searched[1] == ("vector", "crosslingual")
-        assert from_table == from_search  # ids, rank scores and every meta value, bit for bit
-
-    @pytest.mark.integration
-    def test_candidates_missing_from_the_table_are_read_from_milvus(self, knowledge_data, monkeypatch):
-        """A chunk written after the table (an index run under way) still gets its own vectors."""
-        query = "how long do refunds take?"
-        expected, _ = self._ranking(knowledge_data, query)
-        full = KnowledgeCollection(
-            uri=str(knowledge_data / "milvus.db"), index_path=str(knowledge_data / "knowledge_index.json")
-        ).vector_table()
-        ids = [row[0] for row in expected]
-        kept = ids[1::2]  # every other candidate is missing
-        fields = {"vector": 384, "crosslingual": 512}
-        part = table_rows([(i, {f: full.vectors([i], f)[i].tolist() for f in fields}) for i in kept], fields)
-        partial = VectorTable.open(knowledge_data.parent, VectorTable.write(knowledge_data.parent, [part]))
-        fetched: list[str] = []
-        get_vectors = MilvusChunkStore.get_vectors
-
-        def spy(self, ids, fields=()):
-            fetched.extend(ids)
-            return get_vectors(self, ids, fields)
-
-        monkeypatch.setattr(MilvusChunkStore, "get_vectors", spy)
-        ranking, attempt = self._ranking(knowledge_data, query, lambda c: setattr(c, "vector_table", lambda: partial))
-        assert attempt["vectors"] == "table" and ranking == expected
-        assert set(ids[::2]) <= set(fetched) and not set(kept) & set(fetched)
-
-    @pytest.mark.integration
-    def test_a_damaged_table_is_logged_and_the_vectors_come_with_the_search(self, knowledge_data, tmp_path, caplog):
-        query = "磁盘满了怎么办"
-        expected, _ = self._ranking(knowledge_data, query)
-        index = KnowledgeIndex.load(knowledge_data / "knowledge_index.json")
-        index.save(tmp_path / "knowledge_index.json")  # the same index, its table damaged
-        (tmp_path / index.statistics.vector_table).write_bytes(b"\x93NUMPY damaged")
-        shutil.copytree(knowledge_data / index.statistics.bm25_index, tmp_path / index.statistics.bm25_index)
-        collection = KnowledgeCollection(
-            uri=str(knowledge_data / "milvus.db"), index_path=str(tmp_path / "knowledge_index.json")
-        )
-        retriever = FilteredRetryRetriever(collection)
-        out = retriever.run(query_embedding=embed(query), query=query, crosslingual_embedding=embed_crosslingual(query))
-        retriever.close()
-        assert out["retrieval_trace"]["attempts"][0]["vectors"] == "search"
-        assert [(d.id, d.score, d.meta) for d in out["candidates"]] == expected
-        assert "not a readable vector table" in caplog.text
-
-    @pytest.mark.integration
-    def test_a_damaged_bm25_index_is_logged_and_bm25_runs_inside_milvus(self, knowledge_data, tmp_path, caplog):
-        index = KnowledgeIndex.load(knowledge_data / "knowledge_index.json")
+    def test_a_damaged_bm25_index_is_logged_and_bm25_runs_inside_milvus(self, data_dir, disk_vector, tmp_path, caplog):
+        index = KnowledgeIndex.load(data_dir / "knowledge_index.json")
         index.save(tmp_path / "knowledge_index.json")  # the same index, its BM25 index damaged
-        shutil.copy(knowledge_data / index.statistics.vector_table, tmp_path / index.statistics.vector_table)
+        shutil.copy(data_dir / index.statistics.vector_table, tmp_path / index.statistics.vector_table)
         damaged = tmp_path / index.statistics.bm25_index
-        shutil.copytree(knowledge_data / index.statistics.bm25_index, damaged)
+        shutil.copytree(data_dir / index.statistics.bm25_index, damaged)
         (damaged / "vocab.index.json").write_text("{not json")
         collection = KnowledgeCollection(
-            uri=str(knowledge_data / "milvus.db"), index_path=str(tmp_path / "knowledge_index.json")
+            uri=str(data_dir / "milvus.db"), index_path=str(tmp_path / "knowledge_index.json")
         )
         retriever = FilteredRetryRetriever(collection)
-        out = retriever.run(query_embedding=embed(DISK_QUESTION), query=DISK_QUESTION)
+        out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
         retriever.close()
         attempt = out["retrieval_trace"]["attempts"][0]
         assert (attempt["error"], attempt["lexical_path"]) == (None, "milvus")
-        assert out["candidates"] and any(d.meta.get("lexical_score", 0) > 0 for d in out["candidates"])
+        assert out["candidates"] and any(d.meta.get("bm25", 0) > 0 for d in out["candidates"])
         assert "Not using the index run's BM25 index" in caplog.text and "lookup-knowledge index" in caplog.text
 
-    @pytest.mark.integration
-    def test_crosslingual_bonus_needs_the_query_vector_and_the_collection_field(self, knowledge_data, monkeypatch):
-        retriever = FilteredRetryRetriever(
-            KnowledgeCollection(
-                uri=str(knowledge_data / "milvus.db"), index_path=str(knowledge_data / "knowledge_index.json")
-            )
-        )
-        query = "how long do refunds take?"
-        no_query_vector = retriever.run(query_embedding=embed(query), query=query)
-        assert no_query_vector["retrieval_trace"]["attempts"][0]["crosslingual"] is None
-        assert all("crosslingual_bonus" not in d.meta for d in no_query_vector["candidates"])
-        fields = retriever.collection.vector_fields
-
-        def without_crosslingual(dense=True, crosslingual=True):  # as if indexed without them
-            return fields(dense, False)
-
-        monkeypatch.setattr(retriever.collection, "vector_fields", without_crosslingual)
-        no_field = retriever.run(
-            query_embedding=embed(query), query=query, crosslingual_embedding=embed_crosslingual(query)
-        )
-        assert no_field["retrieval_trace"]["attempts"][0]["crosslingual"] == {"status": "no_vectors"}
-        assert [d.id for d in no_field["candidates"]] == [d.id for d in no_query_vector["candidates"]]
-        retriever.close()
-
-    @pytest.mark.integration
-    def test_language_balance_is_a_no_op_without_two_languages(self, make_retriever, data_dir):
-        """The tiny base has two Chinese chunks: too few for a centroid, so nothing is balanced."""
-        statistics = KnowledgeIndex.load(data_dir / "knowledge_index.json").statistics
-        assert statistics is not None and statistics.language_chunks["zh"] < 20
-        out = make_retriever(mode="sdk", language_balance=1.0).run(
-            query_embedding=embed(DISK_QUESTION), query=DISK_QUESTION
-        )
-        assert out["candidates"]
-        assert all("language_offset" not in d.meta and d.score == d.meta["similarity"] for d in out["candidates"])
-
-    @pytest.mark.integration
-    def test_lexical_coverage_is_bm25_over_the_query_terms_largest_score(self, make_retriever, disk_vector):
-        retriever = make_retriever(lexical_weight=0.1, lexical_normalization="best")
-        out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
-        stats = retriever.collection.term_statistics()
-        ideal = stats.ideal_score(tokenize(DISK_QUESTION))
-        pairs = dict(lexical(retriever, DISK_QUESTION, 10))
-        for doc in out["candidates"]:
-            assert doc.meta["lexical_coverage"] == pytest.approx(min(1.0, pairs.get(doc.id, 0.0) / ideal), abs=1e-4)
-        assert max(d.meta["lexical_coverage"] for d in out["candidates"]) > 0
+    # --- trace: calibration, query terms, timings ------------------------------------------------------------
 
     @pytest.mark.integration
     def test_the_trace_carries_the_calibration_and_the_query_terms(self, make_retriever, disk_vector, data_dir):
-        out = make_retriever(lexical_weight=0.1).run(query_embedding=disk_vector, query="disk usage zzqxv")
+        out = make_retriever(lexical=True).run(query_embedding=disk_vector, query="disk usage zzqxv")
         trace = out["retrieval_trace"]
         statistics = KnowledgeIndex.load(data_dir / "knowledge_index.json").statistics
         assert trace["calibration"]["noise_similarity"] == statistics.noise_similarity
+        assert trace["calibration"]["noise_probes"] == statistics.noise_probes
         assert trace["calibration"]["language_chunks"] == statistics.language_chunks
         assert trace["query_terms"] == {"terms": 3, "known": 2}  # disk, usage; the made-up word is unknown
-        dense_only = make_retriever(lexical_weight=0.0).run(query_embedding=disk_vector, query="disk full")
+        dense_only = make_retriever(lexical=False).run(query_embedding=disk_vector, query="disk full")
         assert dense_only["retrieval_trace"]["query_terms"] is None
+        assert make_retriever(lexical=True).run(query_embedding=disk_vector)["retrieval_trace"]["query_terms"] is None
 
     @pytest.mark.integration
     def test_a_collection_without_statistics_has_no_calibration(self, make_retriever, data_dir, disk_vector, tmp_path):
         index = KnowledgeIndex.load(data_dir / "knowledge_index.json")
         index.statistics = None
         index.save(tmp_path / "knowledge_index.json")
-        out = make_retriever(index_path=str(tmp_path / "knowledge_index.json"), language_balance=0.75).run(
+        out = make_retriever(index_path=str(tmp_path / "knowledge_index.json")).run(
             query_embedding=disk_vector, query=DISK_QUESTION
         )
         assert out["retrieval_trace"]["calibration"] is None
-        assert out["candidates"] and all("language_offset" not in d.meta for d in out["candidates"])
+        assert out["candidates"]
 
     @pytest.mark.integration
-    def test_each_attempt_says_where_its_time_went(self, knowledge_data):
-        retriever = FilteredRetryRetriever(
-            KnowledgeCollection(
-                uri=str(knowledge_data / "milvus.db"), index_path=str(knowledge_data / "knowledge_index.json")
-            )
+    def test_each_attempt_says_where_its_time_went(self, make_retriever, disk_vector):
+        out = make_retriever(lexical=True, reference_threshold=0.99).run(
+            query_embedding=disk_vector, query=DISK_QUESTION, category_filter="alerts"
         )
-        query = "how long do refunds take?"
-        out = retriever.run(query_embedding=embed(query), query=query, crosslingual_embedding=embed_crosslingual(query))
-        retriever.close()
-        attempt = out["retrieval_trace"]["attempts"][0]
-        assert set(attempt["stage_ms"]) == {"dense", "lexical", "lexical_wait", "lexical_fetch", "balance"}
-        assert all(ms >= 0 for ms in attempt["stage_ms"].values())
-        # the stages happen inside the attempt; BM25 overlaps the dense search, so the sum may exceed it
-        inside = sum(ms for stage, ms in attempt["stage_ms"].items() if stage not in ("lexical",))
-        assert inside <= attempt["latency_ms"] + 1
-        assert attempt["crosslingual"]["status"] == "applied"
+        assert attempt_names(out) == ["filtered", "unfiltered"]
+        for attempt in out["retrieval_trace"]["attempts"]:
+            # no `balance` stage any more: balancing is LanguageBalanceRanker's
+            assert set(attempt["stage_ms"]) == {"dense", "lexical", "lexical_wait", "lexical_fetch"}
+            assert all(ms >= 0 for ms in attempt["stage_ms"].values())
+            # the stages happen inside the attempt; BM25 overlaps the dense search, so the sum may exceed it
+            inside = sum(ms for stage, ms in attempt["stage_ms"].items() if stage != "lexical")
+            assert inside <= attempt["latency_ms"] + 1
 
     @pytest.mark.integration
     def test_bm25_runs_beside_the_dense_search(self, make_retriever, disk_vector, monkeypatch):
-        retriever = make_retriever(lexical_weight=0.1, lexical_source="milvus")
+        retriever = make_retriever(lexical=True, lexical_source="milvus")
         retriever.warm_up()
         collection = retriever.collection
         dense, lexical_search = collection.dense_search, collection.lexical_search
@@ -998,14 +889,17 @@ class TestFilteredRetryRetriever:
     def test_a_failing_bm25_search_fails_the_attempt_and_close_releases_its_threads(
         self, make_retriever, disk_vector, monkeypatch
     ):
-        retriever = make_retriever(lexical_weight=0.1)
+        retriever = make_retriever(lexical=True)
 
         def broken(*args, **kwargs):
             raise ConnectionError("BM25 is down")
 
         monkeypatch.setattr(retriever.collection, "lexical_search", broken)
-        attempt = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)["retrieval_trace"]["attempts"][0]
+        out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
+        attempt = out["retrieval_trace"]["attempts"][0]
         assert attempt["error"] == "ConnectionError: BM25 is down" and attempt["candidate_count"] == 0
+        assert out["candidates"] == []
+        assert [t for t in threading.enumerate() if t.name.startswith("lexical-search")]
         monkeypatch.undo()
         retriever.close()
         assert not [t for t in threading.enumerate() if t.name.startswith("lexical-search")]

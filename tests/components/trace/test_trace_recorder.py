@@ -148,8 +148,9 @@ class TestTraceRecorder:
     def test_writes_one_row_per_run(self, db_url, read_store):
         result, details = _assembled([_doc(1, "Short evidence."), _doc(2, "More evidence.")], fallback="fb_reason")
         recorder = TraceRecorder(database_url=db_url)
-        out = recorder.run(result=result, details=details, started_at=time.time() - 0.25)["result"]
+        ran = recorder.run(result=result, details=details, started_at=time.time() - 0.25)
         recorder.close()
+        out = ran["result"]
 
         trace_id = out["traceId"]
         assert isinstance(trace_id, int)
@@ -168,6 +169,7 @@ class TestTraceRecorder:
         assert row.error is None
         assert row.latency_ms >= 250
         assert row.retrieval_details["latency_ms"] == row.latency_ms
+        assert dict(ran["details"]) == row.retrieval_details  # what callers that measure a lookup read
         expected = json.loads(json.dumps(dict(details)))
         assert {k: v for k, v in row.retrieval_details.items() if k != "latency_ms"} == expected
         assert [b["evidence_key"] for b in row.retrieval_details["evidence_blocks"]] == [

@@ -70,7 +70,11 @@ class TestRunBench:
 
     def test_compared_configuration_is_timed_beside_the_shipped_one(self, tiny_kb: Path, tmp_path: Path):
         (tiny_kb / "eval.jsonl").write_text(json.dumps({"query": "disk full on a node"}), encoding="utf-8")
-        compare = {"retriever": {"top_k": 5, "lexical_normalization": "best"}, "recorder": {"tool_name": "compared"}}
+        compare = {
+            "retriever": {"top_k": 5},
+            "fusion": {"lexical_normalization": "best"},
+            "recorder": {"tool_name": "compared"},
+        }
         figures = run_bench(tiny_kb, rounds=1, data_dir=tmp_path / "data", compare=compare, cold_start_runs=0)
         assert figures["compared_overrides"] == compare
         lookup, compared = (figures["latency_ms"][n]["p50"] for n in ("lookup_pipeline", "lookup_pipeline_compared"))
@@ -173,7 +177,7 @@ class TestParseOverride:
         ("spec", "expected"),
         [
             ("retriever.top_k=30", ("retriever", "top_k", 30)),
-            ("retriever.lexical_normalization=best", ("retriever", "lexical_normalization", "best")),
+            ("fusion.lexical_normalization=best", ("fusion", "lexical_normalization", "best")),
             ("sidecar.enabled=true", ("sidecar", "enabled", True)),
         ],
     )

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
+import yaml
 
 from pipelines.entrypoints.cli import main
 from pipelines.measure.evaluation import (
@@ -16,6 +18,7 @@ from pipelines.measure.evaluation import (
     scores_by_type,
     sidecar_stats,
 )
+from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
 
 EVAL_LINES = [
     {
@@ -183,6 +186,40 @@ class TestEvaluate:
         assert set(report["by_type"]["Chinese"]["ndcg@10"]) == set(report["configs"])
         again = evaluate(dataset, data_dir=data, progress=False)
         assert again["index"]["indexed"] == 0 and again["index"]["skipped"] == 3
+
+    def test_a_pipeline_with_its_nodes_renamed_and_its_reranker_removed_is_measured(self, dataset, tmp_path):
+        """Eval reads what a lookup records, not nodes it finds by class or by name."""
+        shipped = yaml.safe_load(DEFAULT_LOOKUP_PIPELINE.read_text(encoding="utf-8"))
+        names = {"retriever": "l1", "gate": "judge", "sidecar": "comparison"}
+
+        def node(socket: str) -> str:
+            name, _, port = socket.partition(".")
+            return f"{names.get(name, name)}.{port}"
+
+        def edited(drop_reranker: bool) -> Path:
+            components = {names.get(k, k): v for k, v in shipped["components"].items()}
+            connections = [
+                {"sender": node(c["sender"]), "receiver": node(c["receiver"])} for c in shipped["connections"]
+            ]
+            if drop_reranker:  # no rule boosts at all: the joined candidates go to the gate as they are
+                del components["reranker"]
+                connections = [c for c in connections if "reranker." not in c["sender"] + c["receiver"]]
+                connections.append({"sender": "joiner.documents", "receiver": "judge.documents"})
+            path = tmp_path / f"edited-{drop_reranker}.yaml"
+            path.write_text(yaml.safe_dump({**shipped, "components": components, "connections": connections}))
+            return path
+
+        data = tmp_path / "evaldata"
+        report = evaluate(dataset, data_dir=data, progress=False, baselines=False)
+        renamed = evaluate(dataset, data_dir=data, pipeline_path=edited(False), progress=False, baselines=False)
+        unboosted = evaluate(dataset, data_dir=data, pipeline_path=edited(True), progress=False, baselines=False)
+
+        def measured(r: dict) -> dict:
+            return {k: v for k, v in r["configs"]["pipeline"].items() if k != "latency_ms_p50"}
+
+        # the shipped rule boosts weigh 0: without the reranker the ranking, and so every figure, is the same
+        assert measured(renamed) == measured(unboosted) == measured(report) and measured(report)["ndcg@10"] > 0
+        assert renamed["l0"] == unboosted["l0"] == report["l0"]
 
     def test_cli_prints_a_table_and_writes_json_and_plot(self, dataset, tmp_path, capsys):
         out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"

@@ -1,0 +1,1 @@
+"""Joiners: the candidates of the retrieval attempts into one list, once per chunk."""
