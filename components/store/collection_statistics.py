@@ -113,6 +113,10 @@ def _unit(rows: np.ndarray) -> np.ndarray:
 _PROBE_VECTORS: dict[tuple[str, int], np.ndarray] = {}
 #: the probes' vectors as the shipped models give them (`python scripts/probe_vectors.py` writes them)
 PROBE_VECTORS_DIR = Path(__file__).with_name("probe_vectors")
+#: the least cosine similarity between a shipped probe vector and the model's own for the file to be used: CPUs of
+#: other instruction sets run the 4-bit model's kernels in another order (0.99991 at worst over the 200 probes on an
+#: AVX-512 machine against the file's), another model or version lands far below
+PROBE_AGREEMENT = 0.9995
 
 
 def _probe_vectors(texts: list[str], embed_queries: Callable[[list[str]], np.ndarray], model: str) -> np.ndarray:
@@ -158,7 +162,8 @@ def shipped_probe_vectors(
     :param embed_queries: The lookup embedder's query encoder.
     :param model: Its name.
     :returns: The vectors, or None when none are shipped for these probes and this model, the file is unreadable, or
-        the model embeds the first two probes otherwise (another version of it).
+        the model embeds the first two probes otherwise (another version of it: a cosine similarity below
+        `PROBE_AGREEMENT`).
     """
     path = probe_vectors_file(texts, model)
     try:
@@ -168,9 +173,20 @@ def shipped_probe_vectors(
     if vectors.dtype != np.float32 or vectors.ndim != 2 or len(vectors) != len(texts):
         return None
     check = embed_probes(texts[:2], embed_queries)
-    if check.shape[1] != vectors.shape[1] or not np.allclose(check, vectors[:2], rtol=0.0, atol=1e-6):
+    if check.shape[1] != vectors.shape[1] or not agrees(check, vectors[:2]):
         return None
     return vectors
+
+
+def agrees(computed: np.ndarray, shipped: np.ndarray) -> bool:
+    """
+    :param computed: Probe vectors as the model in use gives them.
+    :param shipped: The same probes' shipped vectors.
+    :returns: Whether every pair's cosine similarity reaches `PROBE_AGREEMENT` (the same model, whatever the CPU).
+    """
+    norms = np.linalg.norm(computed, axis=1) * np.linalg.norm(shipped, axis=1)
+    cosines = np.einsum("ij,ij->i", computed, shipped) / np.where(norms > 0, norms, 1.0)
+    return bool(np.all(cosines >= PROBE_AGREEMENT))
 
 
 def compute_statistics(
