@@ -32,12 +32,12 @@ from components.core.atomic_file import write_atomically
 from components.core.embedding_backends import get_backend, model_dimension
 from components.embedders.offline_document_embedder import OfflineDocumentEmbedder
 from components.store.collection_statistics import CollectionStatistics
-from components.store.knowledge_collection import KnowledgeCollection
 from components.store.knowledge_index import IndexedDocument, KnowledgeIndex, term_category_counts
+from components.store.knowledge_store import KnowledgeStore
 from components.store.lexical import Bm25ChunkIndex
 from components.store.schema import CROSSLINGUAL_META_KEY
 from components.store.vector_table import VectorTable
-from components.writers.milvus_chunk_writer import MilvusChunkWriter
+from components.writers.chunk_writer import ChunkWriter
 from pipelines.loading import load_pipeline_file, node_of_type
 from pipelines.settings import DEFAULT_INDEXING_PIPELINE, Deployment, lite_file_in
 
@@ -158,7 +158,7 @@ class _Rebuild:
     """What a rebuild replaces: the active index (when of this store and model), its collection, its name."""
 
     recorded: KnowledgeIndex
-    collection: KnowledgeCollection
+    collection: KnowledgeStore
     replaced: str
 
 
@@ -252,7 +252,7 @@ class KnowledgeIndexer:
         self.deployment = deployment
         self.pipeline: Pipeline = load_pipeline_file(pipeline_path, deployment, component_params)
         self._loader, _ = node_of_type(self.pipeline, MarkdownKnowledgeLoader)
-        self._writer, self.writer = node_of_type(self.pipeline, MilvusChunkWriter)
+        self._writer, self.writer = node_of_type(self.pipeline, ChunkWriter)
         self._embedder, self.embedder = self._embedders()
         self.crosslingual_embedder = next(
             (
@@ -267,7 +267,7 @@ class KnowledgeIndexer:
         self.retire_after_s = retire_after_s
 
     @property
-    def collection(self) -> KnowledgeCollection:
+    def collection(self) -> KnowledgeStore:
         """The collection the run writes: the writer's (during a rebuild, the new one it fills)."""
         return self.writer.collection
 
@@ -452,7 +452,7 @@ class KnowledgeIndexer:
         summary = IndexSummary(files=len(files), skipped=len(sources) - len(todo), failures=unusable)
         # a file or folder that could not be read keeps its documents' previous version
         unreadable = _kept_as_they_were(old, unusable)
-        summary.bm25 = "milvus" if self.writer.full_text_fields else "in-process"
+        summary.bm25 = "milvus" if self.collection.full_text_field() else "in-process"
         summary.crosslingual = self.collection.has_crosslingual()
         summary.deleted = len(set(old) - set(versions) - unreadable)
         fresh: dict[str, IndexedDocument] = {}
@@ -567,7 +567,7 @@ class KnowledgeIndexer:
                 logger.warning("Removing superseded chunks failed: {error}", error=err)
                 if summary is not None:
                     summary.cleanup_error = str(err)
-        self.collection.store.flush()
+        self.collection.flush()
         index.statistics = self._statistics(previous, unchanged, active_versions)
         if index.statistics != previous.statistics:
             index.save(self.deployment.index_path)
@@ -578,7 +578,7 @@ class KnowledgeIndexer:
 
     def _switch(self, index: KnowledgeIndex, replaced: str, summary: IndexSummary | None) -> KnowledgeIndex:
         """A rebuild's end: count the new collection's statistics, switch lookups to it, then drop the old one."""
-        self.collection.store.flush()
+        self.collection.flush()
         index.statistics = self._statistics(KnowledgeIndex(), False, index.active_versions())
         index.save(self.deployment.index_path)  # the switch: lookups read the new collection from their next call
         folder = self.deployment.index_path.parent

@@ -175,10 +175,10 @@ def count_index_requests(monkeypatch: pytest.MonkeyPatch) -> Counter:
 
     :returns: Calls per method name, updated as they happen.
     """
-    from components.store import knowledge_collection
+    from components.store import collection_base
 
     # as in a fresh process: collections this process described before are described again
-    monkeypatch.setattr(knowledge_collection, "_DESCRIPTIONS", {})
+    monkeypatch.setattr(collection_base, "_DESCRIPTIONS", {})
     calls: Counter = Counter()
     for name in ("describe_index", "list_indexes"):
         real = getattr(MilvusClient, name)

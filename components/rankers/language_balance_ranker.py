@@ -12,7 +12,8 @@ from components.core.frozen import Documents, FrozenList
 from components.core.query_vector import QueryVector, as_list
 from components.core.text_matching import script_language
 from components.store.collection_statistics import is_multilingual, language_offsets
-from components.store.knowledge_collection import KnowledgeCollection, deserialize_collection_inplace
+from components.store.knowledge_collection import KnowledgeCollection
+from components.store.knowledge_store import KnowledgeStore, deserialize_store_inplace
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class LanguageBalanceRanker:
 
     def __init__(
         self,
-        collection: KnowledgeCollection | None = None,
+        collection: KnowledgeStore | None = None,
         language_balance: float = 0.75,
         crosslingual_weight: float = 0.1,
     ) -> None:
@@ -78,7 +79,7 @@ class LanguageBalanceRanker:
         if crosslingual_weight < 0:
             msg = f"crosslingual_weight={crosslingual_weight!r} must be >= 0 (0 turns it off)"
             raise ValueError(msg)
-        self.collection = collection if collection is not None else KnowledgeCollection()
+        self.collection: KnowledgeStore = collection if collection is not None else KnowledgeCollection()
         self.language_balance = language_balance
         self.crosslingual_weight = crosslingual_weight
 
@@ -104,7 +105,7 @@ class LanguageBalanceRanker:
         :returns: The ranker.
         """
         params = dict(data.get("init_parameters", {}))
-        deserialize_collection_inplace(params)
+        deserialize_store_inplace(params)
         return default_from_dict(cls, {**data, "init_parameters": params})
 
     def warm_up(self) -> None:
@@ -114,7 +115,7 @@ class LanguageBalanceRanker:
         try:
             self.collection.warm_up()
             if is_multilingual(self.collection.statistics()):
-                self.collection.vector_table()
+                self.collection.candidate_vectors([], self._fields(True))  # opens the index run's vector table
         except Exception as err:  # an unreadable store shows in the retriever's attempts
             logger.warning("The knowledge store is not ready yet: {error}", error=err)
 

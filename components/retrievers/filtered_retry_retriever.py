@@ -17,8 +17,8 @@ from components.store.knowledge_collection import (
     LEXICAL_SOURCES,
     CollectionMismatchError,
     KnowledgeCollection,
-    deserialize_collection_inplace,
 )
+from components.store.knowledge_store import KnowledgeStore, deserialize_store_inplace
 from components.store.lexical import tokenize
 
 logger = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class FilteredRetryRetriever:
 
     def __init__(
         self,
-        collection: KnowledgeCollection | None = None,
+        collection: KnowledgeStore | None = None,
         mode: str = "auto",
         top_k: int = 60,
         reference_threshold: float = 0.94,
@@ -127,7 +127,7 @@ class FilteredRetryRetriever:
             if not 0.0 <= value <= 1.0:
                 msg = f"{name}={value!r} must be a normalized similarity in [0, 1]"
                 raise ValueError(msg)
-        self.collection = collection if collection is not None else KnowledgeCollection()
+        self.collection: KnowledgeStore = collection if collection is not None else KnowledgeCollection()
         self.collection.schema.json_key(category_key)  # validates the key
         self.mode = mode
         self.top_k = top_k
@@ -168,7 +168,7 @@ class FilteredRetryRetriever:
         :returns: The retriever.
         """
         params = dict(data.get("init_parameters", {}))
-        deserialize_collection_inplace(params)
+        deserialize_store_inplace(params)
         return default_from_dict(cls, {**data, "init_parameters": params})
 
     def warm_up(self) -> None:

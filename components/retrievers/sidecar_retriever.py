@@ -18,8 +18,8 @@ from components.store.knowledge_collection import (
     DENSE_PATHS,
     LEXICAL_SOURCES,
     KnowledgeCollection,
-    deserialize_collection_inplace,
 )
+from components.store.knowledge_store import KnowledgeStore, deserialize_store_inplace
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class SidecarRetriever:
 
     ```python
     from components.retrievers.sidecar_retriever import SidecarRetriever
-    from components.store.knowledge_collection import KnowledgeCollection, deserialize_collection_inplace
+    from components.store.knowledge_collection import KnowledgeCollection
 
     sidecar = SidecarRetriever(KnowledgeCollection(uri="data/milvus.db"), enabled=True, retriever="bm25")
     sidecar.warm_up()
@@ -64,7 +64,7 @@ class SidecarRetriever:
 
     def __init__(
         self,
-        collection: KnowledgeCollection | None = None,
+        collection: KnowledgeStore | None = None,
         enabled: bool = False,
         retriever: str = "bm25",
         mode: str = "sdk",
@@ -107,7 +107,7 @@ class SidecarRetriever:
         if preview_chars < 0:
             msg = f"preview_chars={preview_chars!r} must be >= 0"
             raise ValueError(msg)
-        self.collection = collection if collection is not None else KnowledgeCollection()
+        self.collection: KnowledgeStore = collection if collection is not None else KnowledgeCollection()
         self.enabled = enabled
         self.retriever = retriever
         self.mode = mode
@@ -149,7 +149,7 @@ class SidecarRetriever:
         :returns: The sidecar.
         """
         params = dict(data.get("init_parameters", {}))
-        deserialize_collection_inplace(params)
+        deserialize_store_inplace(params)
         return default_from_dict(cls, {**data, "init_parameters": params})
 
     def warm_up(self) -> None:

@@ -42,7 +42,6 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from haystack import Pipeline
-from milvus_haystack import MilvusDocumentStore, MilvusEmbeddingRetriever
 
 from components.converters.markdown_loader import MarkdownKnowledgeLoader
 from components.core.embedding_backends import get_backend
@@ -53,6 +52,7 @@ from components.retrievers.sidecar_retriever import SidecarRetriever
 from components.store.knowledge_index import KnowledgeIndex
 from components.store.lite_host import HostPaths, LiteHostLease
 from components.store.schema import is_lite_uri
+from components.store.stock_retriever import stock_retriever
 from pipelines import load_pipeline, lookup
 from pipelines.indexing import IndexSummary, KnowledgeIndexer
 from pipelines.loading import node_of_type
@@ -70,18 +70,12 @@ _BARE_LEASES: list[LiteHostLease] = []
 
 def _bare_pipeline(deployment: Deployment, collection: str, model: str, top_k: int) -> Pipeline:
     # the same Milvus as the lookup pipeline's: for a Milvus Lite folder, its host (every process shares it)
-    lease = LiteHostLease.acquire(deployment.milvus_uri) if is_lite_uri(deployment.milvus_uri) else None
+    retriever, lease = stock_retriever(deployment.milvus_uri, collection, top_k)
     if lease is not None:
         _BARE_LEASES.append(lease)
-    store = MilvusDocumentStore(
-        connection_args={"uri": lease.uri if lease else deployment.milvus_uri},
-        collection_name=collection,
-        text_field="content",
-        index_params={"metric_type": "L2", "index_type": "AUTOINDEX", "params": {}},
-    )
     bare = Pipeline()
     bare.add_component("embedder", OfflineTextEmbedder(model=model))
-    bare.add_component("retriever", MilvusEmbeddingRetriever(document_store=store, top_k=top_k))
+    bare.add_component("retriever", retriever)
     bare.connect("embedder.embedding", "retriever.query_embedding")
     bare.warm_up()
     return bare

@@ -8,7 +8,7 @@ number of chunks, category, keywords and entities, its own doc id (`<doc_id>~<j>
 title (`<title> · <j>`) and version; its chunk `i` is the pool document's chunk `i` followed by a partner pool chunk
 drawn with `random.Random(seed)`, and its vectors are **not embedded**: they are the L2-normalized sums of the two
 pool chunks' vectors (e5 and cross-lingual alike). Everything is written through the indexing pipeline's real
-`MilvusChunkWriter` and recorded by `KnowledgeIndexer.record`, as `lookup-knowledge index` records it, so
+`ChunkWriter` and recorded by `KnowledgeIndexer.record`, as `lookup-knowledge index` records it, so
 `pipelines.load_pipeline(data_dir=...)` and `lookup-knowledge ask --data-dir` work on it unchanged.
 
 ```bash
@@ -291,7 +291,7 @@ def build_scale_corpus(
     The real chunks of `knowledge_dir` come first, unchanged; synthetic documents made of them follow
     (`scale_documents`). The deployment's collection is dropped and created again as `lookup-knowledge index`
     creates it (BM25 function included where Milvus has it), the chunks are written through the indexing pipeline's
-    `MilvusChunkWriter` a few hundred documents at a time, and the knowledge index file, term statistics and
+    `ChunkWriter` a few hundred documents at a time, and the knowledge index file, term statistics and
     collection statistics are recorded by `KnowledgeIndexer.record`, as an indexing run records them.
 
     :param knowledge_dir: The knowledge root whose chunks are recombined.

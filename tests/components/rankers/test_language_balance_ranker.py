@@ -215,7 +215,7 @@ class TestLanguageBalanceRanker:
     def test_from_dict_accepts_only_a_knowledge_collection(self):
         data = component_to_dict(LanguageBalanceRanker(), "language_balance")
         data["init_parameters"]["collection"]["type"] = "builtins.dict"
-        with pytest.raises(Exception, match="KnowledgeCollection"):
+        with pytest.raises(Exception, match="is not a KnowledgeStore"):
             component_from_dict(LanguageBalanceRanker, data, "language_balance")
 
     def test_warm_up_never_raises(self, stub_collection, monkeypatch):

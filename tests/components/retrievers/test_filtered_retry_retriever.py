@@ -187,7 +187,7 @@ class TestFilteredRetryRetriever:
     def test_from_dict_accepts_only_a_knowledge_collection(self):
         data = component_to_dict(FilteredRetryRetriever(), "retriever")
         data["init_parameters"]["collection"]["type"] = "builtins.dict"
-        with pytest.raises(Exception, match="KnowledgeCollection"):
+        with pytest.raises(Exception, match="is not a KnowledgeStore"):
             component_from_dict(FilteredRetryRetriever, data, "retriever")
 
     # --- attempts, filter and retry against a real Milvus Lite store ----------------------------------------------

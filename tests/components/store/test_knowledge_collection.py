@@ -11,16 +11,12 @@ from haystack import Document
 from haystack.utils import Secret
 
 from components.core.embedding_backends import get_backend
-from components.store.knowledge_collection import (
-    WARM_UP_QUERY,
-    CollectionMismatchError,
-    KnowledgeCollection,
-    deserialize_collection_inplace,
-)
+from components.store.collection_base import WARM_UP_QUERY
+from components.store.knowledge_collection import CollectionMismatchError, KnowledgeCollection
 from components.store.knowledge_index import KnowledgeIndex
 from components.store.lexical import TermStatistics, lexical_text, tokenize
 from components.store.schema import CollectionSchema
-from components.writers.milvus_chunk_writer import MilvusChunkWriter
+from components.writers.chunk_writer import ChunkWriter
 from tests.conftest import index_tiny_kb
 
 CATEGORY = "meta.category"
@@ -64,7 +60,7 @@ def write_chunks(data_dir: Path, name: str, texts: list[str], **schema) -> None:
         collection_name=name,
         **{"crosslingual_field": "", **schema},
     )
-    writer = MilvusChunkWriter(collection)
+    writer = ChunkWriter(collection)
     try:
         collection.drop()
         writer.run(
@@ -155,14 +151,6 @@ class TestKnowledgeCollection:
         assert data["init_parameters"]["token"] == {"type": "env_var", "env_vars": ["MILVUS_TOKEN"], "strict": False}
         with pytest.raises(ValueError, match="Cannot serialize token-based secret"):
             KnowledgeCollection(token=Secret.from_token("inline")).to_dict()
-
-    def test_deserialize_collection_inplace_accepts_only_a_knowledge_collection(self):
-        params = {"collection": KnowledgeCollection(collection_name="kb_x").to_dict(), "top_k": 3}
-        deserialize_collection_inplace(params)
-        assert isinstance(params["collection"], KnowledgeCollection) and params["top_k"] == 3
-        foreign = {"collection": {"type": "os.system", "init_parameters": {}}}
-        with pytest.raises(Exception, match="KnowledgeCollection"):
-            deserialize_collection_inplace(foreign)
 
     # --- the schema: recorded by `index`, checked against the collection ------------------------------------
 

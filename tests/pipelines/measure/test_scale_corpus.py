@@ -65,7 +65,7 @@ def rows(built) -> list[dict]:
     indexer = KnowledgeIndexer(built[1])
     try:
         indexer.collection.warm_up()
-        assert indexer.writer.full_text_fields is not None  # BM25 inside Milvus, as `index` creates the collection
+        assert indexer.collection.full_text_field()  # BM25 inside Milvus, as `index` creates the collection
         return indexer.collection.scan(keys=None, with_content=True)
     finally:
         indexer.close()

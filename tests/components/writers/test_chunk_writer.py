@@ -11,7 +11,7 @@ from haystack.core.serialization import component_from_dict, component_to_dict
 
 from components.store.knowledge_collection import KnowledgeCollection
 from components.store.lexical import lexical_text
-from components.writers.milvus_chunk_writer import MilvusChunkWriter
+from components.writers.chunk_writer import ChunkWriter
 
 DIM = 4
 CUSTOM_FIELDS = {"id_field": "pk", "content_field": "text", "vector_field": "emb", "metadata_field": "meta_json"}
@@ -39,9 +39,9 @@ def db_uri(tmp_path_factory) -> str:
 
 @pytest.fixture
 def make_writer(db_uri):
-    made: list[MilvusChunkWriter] = []
+    made: list[ChunkWriter] = []
 
-    def make(**kwargs) -> MilvusChunkWriter:
+    def make(**kwargs) -> ChunkWriter:
         params = {
             "uri": db_uri,
             "index_path": str(Path(db_uri).parent / "no_index.json"),
@@ -51,7 +51,7 @@ def make_writer(db_uri):
             **CUSTOM_FIELDS,
         }
         params.update(kwargs)
-        writer = MilvusChunkWriter(KnowledgeCollection(**params))
+        writer = ChunkWriter(KnowledgeCollection(**params))
         made.append(writer)
         return writer
 
@@ -63,11 +63,11 @@ def make_writer(db_uri):
             writer.close()
 
 
-def name_of(writer: MilvusChunkWriter) -> str:
+def name_of(writer: ChunkWriter) -> str:
     return writer.collection.schema.collection_name
 
 
-def rows(writer: MilvusChunkWriter) -> dict[str, dict]:
+def rows(writer: ChunkWriter) -> dict[str, dict]:
     """Every row of the writer's collection, keyed by primary key, read with a separate client."""
     store, id_field = writer.collection.store, writer.collection.schema.id_field
     store.flush()
@@ -76,9 +76,9 @@ def rows(writer: MilvusChunkWriter) -> dict[str, dict]:
     return {row[id_field]: row for row in found}
 
 
-class TestMilvusChunkWriter:
+class TestChunkWriter:
     def test_init_defaults(self):
-        writer = MilvusChunkWriter()
+        writer = ChunkWriter()
         collection = writer.collection
         assert collection.uri == "data/milvus.db"
         assert (collection.dimension, collection.metric_type) == (384, "L2")  # a new collection gets the original's
@@ -91,7 +91,7 @@ class TestMilvusChunkWriter:
         assert (schema.crosslingual_field, schema.crosslingual_dimension) == ("crosslingual", 512)
 
     def test_init_does_not_connect(self, tmp_path):
-        MilvusChunkWriter(KnowledgeCollection(uri=str(tmp_path / "nowhere" / "milvus.db")))
+        ChunkWriter(KnowledgeCollection(uri=str(tmp_path / "nowhere" / "milvus.db")))
         assert not (tmp_path / "nowhere").exists()
 
     def test_to_dict_from_dict_keeps_the_collection(self):
@@ -105,15 +105,15 @@ class TestMilvusChunkWriter:
             sparse_field="terms_bm25",
             **CUSTOM_FIELDS,
         )
-        data = component_to_dict(MilvusChunkWriter(collection), "writer")
+        data = component_to_dict(ChunkWriter(collection), "writer")
         assert data["init_parameters"]["collection"] == collection.to_dict()
-        restored = component_from_dict(MilvusChunkWriter, data, "writer")
+        restored = component_from_dict(ChunkWriter, data, "writer")
         assert restored.collection.to_dict() == collection.to_dict()
         assert restored.collection.schema == collection.schema
 
     def test_to_dict_does_not_store_a_token(self, monkeypatch):
         monkeypatch.setenv("MILVUS_TOKEN", "s3cret-token")
-        data = component_to_dict(MilvusChunkWriter(), "writer")
+        data = component_to_dict(ChunkWriter(), "writer")
         assert "s3cret-token" not in repr(data)
         assert data["init_parameters"]["collection"]["init_parameters"]["token"]["env_vars"] == ["MILVUS_TOKEN"]
 
@@ -139,7 +139,7 @@ class TestMilvusChunkWriter:
         names = client.list_indexes(name_of(writer))
         indexes = [client.describe_index(name_of(writer), index_name=n) for n in names]
         assert {i["field_name"]: i["metric_type"] for i in indexes} == {"emb": "COSINE", "sparse": "BM25"}
-        assert writer.full_text_fields == ("lexical", "sparse")
+        assert writer.collection.full_text_field() == "sparse"
 
     @pytest.mark.integration
     def test_full_text_fields_can_be_turned_off(self, make_writer):
@@ -147,7 +147,7 @@ class TestMilvusChunkWriter:
         writer.run(documents=[chunk("a.md", "v1", 0)])
         fields = {f["name"] for f in writer.collection.store.client.describe_collection(name_of(writer))["fields"]}
         assert fields == {"pk", "text", "emb", "meta_json", "category"}
-        assert writer.full_text_fields is None
+        assert writer.collection.full_text_field() == ""
         assert set(rows(writer)["a.md@v1#0"]) == fields
 
     @pytest.mark.integration
@@ -177,10 +177,12 @@ class TestMilvusChunkWriter:
         out = writer.run(documents=docs)
         assert out["written"] == 3
         assert out["failures"] == []
-        assert sorted(out["documents_written"], key=lambda d: d["source"]) == [
+        written = sorted(out["documents_written"], key=lambda d: d["source"])
+        assert [{k: d[k] for k in ("source", "doc_version", "chunks")} for d in written] == [
             {"source": "alerts/disk.md", "doc_version": "v1", "chunks": 2},
             {"source": "payments/refund.md", "doc_version": "v7", "chunks": 1},
         ]
+        assert written[0]["meta"] == docs[0].meta  # the document's fields, for the knowledge index
         stored = rows(writer)
         assert set(stored) == {d.id for d in docs}
         for doc in docs:
@@ -253,7 +255,7 @@ class TestMilvusChunkWriter:
         doc = Document(id="loose-1", content="no source", embedding=unit(0), meta={})
         out = writer.run(documents=[doc])
         assert out["written"] == 1
-        assert out["documents_written"] == [{"source": "loose-1", "doc_version": None, "chunks": 1}]
+        assert out["documents_written"] == [{"source": "loose-1", "doc_version": None, "chunks": 1, "meta": {}}]
         assert rows(writer)["loose-1"]["text"] == "no source"
 
     @pytest.mark.integration
@@ -269,7 +271,9 @@ class TestMilvusChunkWriter:
         docs = [chunk("bad.md", "v1", 0), bad, chunk("good.md", "v2", 0), chunk("good.md", "v2", 1)]
         out = writer.run(documents=docs)
         assert out["written"] == 2
-        assert out["documents_written"] == [{"source": "good.md", "doc_version": "v2", "chunks": 2}]
+        assert [{k: d[k] for k in ("source", "doc_version", "chunks")} for d in out["documents_written"]] == [
+            {"source": "good.md", "doc_version": "v2", "chunks": 2}
+        ]
         assert [f["source"] for f in out["failures"]] == ["bad.md"]
         assert "dimension" in out["failures"][0]["reason"]
         stored = rows(writer)
@@ -298,7 +302,7 @@ class TestMilvusChunkWriter:
     def test_documents_share_inserts_up_to_the_row_cap_never_splitting_one(self, make_writer, monkeypatch):
         writer = make_writer()
         writer.warm_up()
-        monkeypatch.setattr("components.writers.milvus_chunk_writer.ROWS_PER_INSERT", 3)
+        monkeypatch.setattr("components.store.collection_writes.ROWS_PER_INSERT", 3)
         real_insert = writer.collection.store.insert
         inserts: list[list[str]] = []
 
@@ -383,7 +387,7 @@ class TestMilvusChunkWriter:
         assert versions == ["v1", "v1", "v2"]
 
     def test_empty_input_writes_nothing(self, tmp_path):
-        writer = MilvusChunkWriter(KnowledgeCollection(uri=str(tmp_path / "data" / "milvus.db"), dimension=DIM))
+        writer = ChunkWriter(KnowledgeCollection(uri=str(tmp_path / "data" / "milvus.db"), dimension=DIM))
         out = writer.run(documents=[])
         assert out == {"written": 0, "documents_written": [], "failures": []}
         writer.close()
@@ -449,7 +453,7 @@ class TestMilvusChunkWriter:
     def test_default_schema_rows(self, db_uri):
         """With the default field names the row is the original's `{id, content, vector, metadata}`, plus ours."""
         collection = KnowledgeCollection(uri=db_uri, collection_name=f"plain_{uuid.uuid4().hex[:8]}", dimension=DIM)
-        writer = MilvusChunkWriter(collection)
+        writer = ChunkWriter(collection)
         try:
             writer.run(documents=[chunk("a.md", "v1", 0, crosslingual_embedding=[1.0] + [0.0] * 511)])
             stored = rows(writer)
