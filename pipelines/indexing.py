@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import mimetypes
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -17,29 +18,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from filelock import FileLock, Timeout
 from haystack import Document, Pipeline, logging
 from tqdm import tqdm
 
-from components.converters.markdown_loader import (
-    KnowledgeFileError,
-    MarkdownKnowledgeLoader,
-    discover_knowledge_files,
-    file_version,
-    parse_knowledge_file,
-)
 from components.core.atomic_file import write_atomically
-from components.core.embedding_backends import get_backend, model_dimension
-from components.embedders.offline_document_embedder import OfflineDocumentEmbedder
-from components.store.collection_statistics import CollectionStatistics
+from components.core.embedding_backends import SUPPORTED_MODELS, model_dimension
+from components.core.file_version import file_version_of
+from components.embedders.offline_text_embedder import OfflineTextEmbedder
 from components.store.knowledge_index import IndexedDocument, KnowledgeIndex, term_category_counts
 from components.store.knowledge_store import KnowledgeStore
 from components.store.lexical import Bm25ChunkIndex
 from components.store.schema import CROSSLINGUAL_META_KEY
 from components.store.vector_table import VectorTable
-from components.writers.chunk_writer import ChunkWriter
-from pipelines.loading import load_pipeline_file, node_of_type
-from pipelines.settings import DEFAULT_INDEXING_PIPELINE, Deployment, lite_file_in
+from pipelines.knowledge_files import find_knowledge_files
+from pipelines.loading import load_pipeline_file
+from pipelines.settings import ALLOWED_MODULES, DEFAULT_INDEXING_PIPELINE, Deployment, lite_file_in
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +46,8 @@ RETIRE_AFTER_S = 3.0
 LOCK_NOTICE_S = 60.0
 #: the note a rebuild leaves in the data folder while it runs: the collection it fills and the one it replaces
 REBUILD_FILE = "rebuild.json"
+#: the largest file an index run hands to its pipeline (a converter's own cap may be smaller)
+MAX_FILE_BYTES = 64 * 1024 * 1024
 
 
 @dataclass
@@ -66,6 +63,7 @@ class IndexSummary:
     characters: int = 0
     seconds: float = 0.0
     failures: list[dict[str, str]] = field(default_factory=list)
+    unsupported: list[dict[str, str]] = field(default_factory=list)  # files of a type no converter takes: source, type
     cleanup_error: str | None = None
     bm25: str = ""  # BM25 inside Milvus: `milvus` (the collection has the full-text field) or `in-process` (none)
     bm25_index: str = ""  # the BM25 index file lookups search in-process (D55), in the index file's folder
@@ -97,6 +95,7 @@ class IndexSummary:
             "seconds": round(self.seconds, 2),
             "chars_per_second": round(self.chars_per_second, 1),
             "failures": self.failures,
+            "unsupported": self.unsupported,
             "duplicate_ids": self.duplicate_ids,
             "cleanup_error": self.cleanup_error,
             "crosslingual": self.crosslingual,
@@ -106,36 +105,91 @@ class IndexSummary:
         }
 
 
-def indexed_document(doc: Document, chunks: int) -> IndexedDocument:
+def indexed_document(meta: Mapping[str, Any], chunks: int) -> IndexedDocument:
     """
     The knowledge index entry of a document.
 
-    :param doc: The document, or one of its chunks (they carry the document's fields in their meta).
+    :param meta: The document's metadata, or one of its chunks' (they carry the document's fields).
     :param chunks: Number of its chunks written to the collection.
     :returns: The entry.
     """
-    meta = doc.meta
+    source = str(meta["source"])
     return IndexedDocument(
-        doc_id=meta["doc_id"],
-        source=meta["source"],
-        title=meta.get("title", ""),
-        category=meta.get("category", ""),
-        keywords=meta.get("keywords", []),
-        entities=meta.get("entities", []),
-        doc_version=meta["doc_version"],
+        doc_id=str(meta.get("doc_id") or source),
+        source=source,
+        title=str(meta.get("title") or ""),
+        category=str(meta.get("category") or ""),
+        keywords=[str(k) for k in meta.get("keywords") or []],
+        entities=[str(e) for e in meta.get("entities") or []],
+        doc_version=str(meta["doc_version"]),
         chunks=chunks,
     )
 
 
-def _bodies(root: Path, documents: dict[str, IndexedDocument]) -> dict[str, str]:
-    """Markdown bodies of the active documents whose files still parse (for L0 term statistics)."""
-    bodies = {}
-    for source in documents:
-        try:
-            bodies[source] = parse_knowledge_file((root / source).read_bytes(), source).content or ""
-        except (OSError, KnowledgeFileError):
-            continue
-    return bodies
+def _outputs_named(pipeline: Pipeline, socket: str) -> list[str]:
+    """The components that have an output of this name (what the indexer reads off a run, whatever the nodes are)."""
+    return [name for name in pipeline.graph.nodes if socket in pipeline.graph.nodes[name]["output_sockets"]]
+
+
+def _entry(pipeline: Pipeline) -> str:
+    """The one component that takes the files: its `sources` input is not fed by another component."""
+    names = [name for name, inputs in pipeline.inputs().items() if "sources" in inputs]
+    if len(names) != 1:
+        msg = (
+            f"the indexing pipeline needs exactly one component taking the files (an unconnected `sources` input, "
+            f"such as a FileTypeRouter's), it has {names}"
+        )
+        raise ValueError(msg)
+    return names[0]
+
+
+def _writer(pipeline: Pipeline) -> tuple[str, Any]:
+    """The one component that writes to the store (its output `documents_written` says what it wrote)."""
+    names = _outputs_named(pipeline, "documents_written")
+    if len(names) != 1 or not isinstance(getattr(pipeline.get_component(names[0]), "collection", None), KnowledgeStore):
+        msg = f"the indexing pipeline needs exactly one writer to a knowledge store (ChunkWriter), it has {names}"
+        raise ValueError(msg)
+    return names[0], pipeline.get_component(names[0])
+
+
+def _document_embedders(pipeline: Pipeline) -> list[tuple[str, Any]]:
+    """The components that embed documents: `documents` in and out, and a `model`."""
+    found = []
+    for name, comp in pipeline.walk():
+        node = pipeline.graph.nodes[name]
+        takes, gives = "documents" in node["input_sockets"], "documents" in node["output_sockets"]
+        if takes and gives and getattr(comp, "model", None) is not None:
+            found.append((name, comp))
+    return found
+
+
+def _query_embedder(pipeline: Pipeline, document_model: str) -> Any:
+    """
+    The query side of the pipeline's embedder, for the noise calibration: the YAML's `metadata.query_embedder`, else
+    the offline model's own query encoder.
+    """
+    spec = (pipeline.metadata or {}).get("query_embedder")
+    if spec is None:
+        if document_model not in SUPPORTED_MODELS:
+            msg = (
+                f"the indexing pipeline's embedder uses {document_model!r}: name its query side under "
+                "`metadata.query_embedder` in the indexing YAML (a text embedder of the same model), for the noise "
+                "calibration"
+            )
+            raise ValueError(msg)
+        return OfflineTextEmbedder(model=document_model)
+    holder = Pipeline.from_dict(
+        {"components": {"query_embedder": spec}, "connections": []}, allowed_modules=list(ALLOWED_MODULES)
+    )
+    return holder.get_component("query_embedder")
+
+
+def _unit_rows(vectors: list[list[float]]) -> np.ndarray:
+    """Query vectors as unit rows (the noise calibration compares unit vectors); unit ones are kept bit for bit."""
+    matrix = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    off = np.abs(norms - 1.0) > 1e-4
+    return np.where(off, matrix / np.where(norms > 0, norms, 1.0), matrix)
 
 
 def _recorded_uri(uri: str, folder: Path) -> str:
@@ -206,6 +260,12 @@ def index_run_lock(data_dir: Path) -> Iterator[None]:
         lock.release()
 
 
+def _type_of(path: Path) -> str:
+    """A file's type as a user names it: its MIME type when known, else its extension."""
+    mime, _ = mimetypes.guess_type(path.name)
+    return mime or path.suffix or "no extension"
+
+
 def _duplicate_ids(documents: dict[str, IndexedDocument]) -> dict[str, list[str]]:
     by_id: dict[str, list[str]] = {}
     for source, document in sorted(documents.items()):
@@ -235,9 +295,15 @@ class KnowledgeIndexer:
         component_params: dict[str, dict[str, Any]] | None = None,
         files_per_batch: int = 8,
         retire_after_s: float = RETIRE_AFTER_S,
+        max_file_bytes: int = MAX_FILE_BYTES,
     ) -> None:
         """
         Load the indexing pipeline for a deployment.
+
+        The pipeline's parts are found by what they take and give, not by their class: the one component taking the
+        files (`sources`, a router), the one writing to the knowledge store (`documents_written`), every component
+        reporting `failures`, and the document embedders (`documents` in and out, and a `model`): the one setting
+        `Document.embedding` and the cross-lingual one (`embedding_meta_key`).
 
         :param deployment: Where the data goes.
         :param pipeline_path: The indexing pipeline YAML.
@@ -246,45 +312,44 @@ class KnowledgeIndexer:
             run again file by file, so that one bad file fails alone).
         :param retire_after_s: After a rebuild switched to its new collection, how long the old one stays for
             lookups that began before the switch, before it is dropped.
-        :raises ValueError: If the pipeline lacks a loader, embedder or writer, or the embedder's dimension does not
-            match the collection's.
+        :param max_file_bytes: Largest file handed to the pipeline (larger ones are reported as failed, never read);
+            each converter has a cap of its own as well.
+        :raises ValueError: If the pipeline lacks one of those parts, or an embedder's dimension does not match the
+            collection's.
         """
         self.deployment = deployment
         self.pipeline: Pipeline = load_pipeline_file(pipeline_path, deployment, component_params)
-        self._loader, _ = node_of_type(self.pipeline, MarkdownKnowledgeLoader)
-        self._writer, self.writer = node_of_type(self.pipeline, ChunkWriter)
+        self._entry = _entry(self.pipeline)
+        self._writer, self.writer = _writer(self.pipeline)
+        self._reporters = _outputs_named(self.pipeline, "failures")
         self._embedder, self.embedder = self._embedders()
-        self.crosslingual_embedder = next(
-            (
-                c
-                for _, c in self.pipeline.walk()
-                if isinstance(c, OfflineDocumentEmbedder) and c.embedding_meta_key == CROSSLINGUAL_META_KEY
-            ),
-            None,
-        )
-        self.embedding_model = self.embedder.model
         self.files_per_batch = files_per_batch
         self.retire_after_s = retire_after_s
+        self.max_file_bytes = max_file_bytes
+        self._model: str | None = None
+        self._query_embedder: Any = None
 
     @property
     def collection(self) -> KnowledgeStore:
         """The collection the run writes: the writer's (during a rebuild, the new one it fills)."""
         return self.writer.collection
 
-    def _embedders(self) -> tuple[str, OfflineDocumentEmbedder]:
-        """Find the main embedder (and check the cross-lingual one against the collection's schema)."""
-        embedders = [(n, c) for n, c in self.pipeline.walk() if isinstance(c, OfflineDocumentEmbedder)]
-        main = [(n, c) for n, c in embedders if c.embedding_meta_key is None]
-        crosslingual = [c for _, c in embedders if c.embedding_meta_key == CROSSLINGUAL_META_KEY]
+    def _embedders(self) -> tuple[str, Any]:
+        """Find the main embedder (and check the offline ones' dimensions against the collection's schema)."""
+        embedders = _document_embedders(self.pipeline)
+        crosslingual = [c for _, c in embedders if getattr(c, "embedding_meta_key", None) == CROSSLINGUAL_META_KEY]
+        main = [(n, c) for n, c in embedders if getattr(c, "embedding_meta_key", None) is None]
         if len(main) != 1:
-            msg = f"the indexing pipeline needs exactly one embedder that sets Document.embedding, it has {len(main)}"
+            msg = (
+                "the indexing pipeline needs exactly one document embedder that sets Document.embedding, it has "
+                f"{[n for n, _ in main]}"
+            )
             raise ValueError(msg)
         schema = self.collection.schema
-        for option, model, dimension in (
-            ("dimension", main[0][1].model, schema.dimension),
-            *(("crosslingual_dimension", c.model, schema.crosslingual_dimension) for c in crosslingual),
-        ):
-            if model_dimension(model) != dimension:
+        checks = [("dimension", main[0][1].model, schema.dimension)]
+        checks += [("crosslingual_dimension", c.model, schema.crosslingual_dimension) for c in crosslingual]
+        for option, model, dimension in checks:
+            if model in SUPPORTED_MODELS and model_dimension(model) != dimension:
                 msg = (
                     f"the writer's collection has {option} {dimension}, the embedder's model {model!r} makes "
                     f"{model_dimension(model)}; set the collection's {option} to the model's"
@@ -298,6 +363,43 @@ class KnowledgeIndexer:
             )
             raise ValueError(msg)
         return main[0]
+
+    @property
+    def embedding_model(self) -> str:
+        """
+        The model the collection's vectors come from, as the embedder names it: an offline model's own name; for any
+        other embedder, the `model` its output reports for one embedded probe (an embedding server's name for what it
+        serves), its configured `model` otherwise. Checked against the collection's dimension.
+        """
+        if self._model is None:
+            configured = str(self.embedder.model)
+            if configured in SUPPORTED_MODELS:
+                self._model = configured
+            else:
+                self._model = self._probe_model(configured)
+        return self._model
+
+    def _probe_model(self, configured: str) -> str:
+        if callable(getattr(self.embedder, "warm_up", None)):
+            self.embedder.warm_up()
+        out = self.embedder.run(documents=[Document(content="embedding model check", meta={"source": "-"})])
+        [probe] = out["documents"]
+        dimension = self.collection.schema.dimension
+        if len(probe.embedding or []) != dimension:
+            msg = (
+                f"the embedder ({configured!r}) makes vectors of dimension {len(probe.embedding or [])}, the writer's "
+                f"collection has dimension {dimension}; set the collection's dimension to the model's"
+            )
+            raise ValueError(msg)
+        return str((out.get("meta") or {}).get("model") or configured)
+
+    def _embed_queries(self, texts: list[str]) -> np.ndarray:
+        """The lookup side's vectors of some queries, as unit rows (for the noise calibration)."""
+        if self._query_embedder is None:
+            self._query_embedder = _query_embedder(self.pipeline, self.embedding_model)
+            if callable(getattr(self._query_embedder, "warm_up", None)):
+                self._query_embedder.warm_up()
+        return _unit_rows([self._query_embedder.run(text=text)["embedding"] for text in texts])
 
     def _recorded(self) -> KnowledgeIndex:
         """The index file when it describes this run's store, collection family and model; else an empty index."""
@@ -313,34 +415,78 @@ class KnowledgeIndexer:
         )
         return previous if same_store else KnowledgeIndex()
 
-    def _run_batch(self, root: Path, batch: list[Path], summary: IndexSummary) -> list[IndexedDocument]:
-        sources = [str(p) for p in batch]
+    def _run_batch(
+        self, batch: list[Path], sources: Mapping[Path, str], versions: Mapping[str, str], summary: IndexSummary
+    ) -> list[IndexedDocument]:
+        """Run files through the pipeline, each with its `source` and `doc_version`; the entries of those written."""
+        names = [sources[p] for p in batch]
+        inputs = {
+            self._entry: {
+                "sources": [str(p) for p in batch],
+                "meta": [{"source": name, "doc_version": versions[name]} for name in names],
+            }
+        }
         try:
-            out = self.pipeline.run(
-                {self._loader: {"sources": sources, "root": str(root)}},
-                include_outputs_from={self._loader, self._embedder},
-            )
+            out = self.pipeline.run(inputs, include_outputs_from={*self._reporters, self._embedder})
         except Exception as err:  # e.g. the embedder failed: nothing of this batch was written
             reason = str(getattr(err, "__cause__", None) or err)
             if len(batch) > 1:  # find the file that failed it: the others are indexed
                 logger.warning("Indexing batch failed, running its files one by one: {reason}", reason=reason)
-                return [entry for path in batch for entry in self._run_batch(root, [path], summary)]
-            logger.warning("Indexing {source} failed: {reason}", source=batch[0].name, reason=reason)
-            summary.failures.extend(
-                {"source": p.relative_to(root).as_posix(), "reason": f"indexing failed: {reason}"} for p in batch
-            )
+                return [entry for path in batch for entry in self._run_batch([path], sources, versions, summary)]
+            logger.warning("Indexing {source} failed: {reason}", source=names[0], reason=reason)
+            summary.failures.extend({"source": name, "reason": f"indexing failed: {reason}"} for name in names)
             return []
-        loaded, stored = out[self._loader], out[self._writer]
-        summary.failures.extend(loaded["failures"])
-        summary.failures.extend(stored["failures"])
-        summary.characters += out.get(self._embedder, {}).get("meta", {}).get("characters", 0)
-        written = {d["source"]: d["chunks"] for d in stored["documents_written"]}
-        summary.chunks += sum(written.values())
+        failed = [f for reporter in self._reporters for f in out.get(reporter, {}).get("failures", [])]
+        summary.failures.extend(failed)
+        summary.characters += (out.get(self._embedder, {}).get("meta") or {}).get("characters", 0)
+        written = out.get(self._writer, {}).get("documents_written", [])
+        summary.chunks += sum(d["chunks"] for d in written)
+        accounted = {d["source"] for d in written} | {f["source"] for f in failed}
+        for name in names:  # a converter that drops a file without a word (Haystack's log and skip)
+            if name not in accounted:
+                summary.failures.append({"source": name, "reason": "the pipeline made no chunk of it"})
         return [
-            indexed_document(doc, written[doc.meta["source"]])
-            for doc in loaded["documents"]
-            if doc.meta["source"] in written
+            indexed_document({**d["meta"], "source": d["source"], "doc_version": d["doc_version"]}, d["chunks"])
+            for d in written
         ]
+
+    @property
+    def document_embedders(self) -> list[Any]:
+        """The pipeline's document embedders: the one setting `Document.embedding` first, then the others."""
+        others = [c for _, c in _document_embedders(self.pipeline) if c is not self.embedder]
+        return [self.embedder, *others]
+
+    def run_without_writing(self, root: Path, paths: list[Path], embed: bool = True) -> tuple[list[Document], list]:
+        """
+        Run files through a copy of the pipeline that writes nothing (for measuring it, and for building test sets).
+
+        :param root: The knowledge root the files lie under.
+        :param paths: The files.
+        :param embed: Run the embedders too (False: stop at the chunks).
+        :returns: The chunks (embedded with `embed`) and the failures `{"source", "reason"}` of the components that
+            report them.
+        """
+        dry = Pipeline.from_dict(self.pipeline.to_dict(), allowed_modules=list(ALLOWED_MODULES))
+        dry.remove_component(self._writer)
+        if not embed:
+            for name, _ in _document_embedders(dry):
+                dry.remove_component(name)
+        meta = [{"source": p.relative_to(root).as_posix(), "doc_version": file_version_of(p)} for p in paths]
+        out = dry.run({self._entry: {"sources": [str(p) for p in paths], "meta": meta}})
+        chunks = [doc for outputs in out.values() for doc in outputs.get("documents", [])]
+        failures = [f for outputs in out.values() for f in outputs.get("failures", [])]
+        return chunks, failures
+
+    def _supported(self, paths: list[Path]) -> tuple[list[Path], list[Path]]:
+        """
+        The files the pipeline's entry takes, and those it leaves unclassified (a router's `unclassified` output: no
+        converter for their type); everything is taken when the entry has no such output.
+        """
+        if "unclassified" not in self.pipeline.graph.nodes[self._entry]["output_sockets"] or not paths:
+            return paths, []
+        entry: Any = self.pipeline.get_component(self._entry)
+        left = {Path(str(p)) for p in entry.run(sources=paths).get("unclassified", [])}
+        return [p for p in paths if p not in left], [p for p in paths if p in left]
 
     def index(self, knowledge_dir: str | Path, rebuild: bool = False, progress: bool = True) -> IndexSummary:
         """
@@ -434,22 +580,17 @@ class KnowledgeIndexer:
             previous = KnowledgeIndex()  # the collection is gone: everything is indexed again
         self.writer.warm_up()
         old = previous.by_source()
-        _, loader = node_of_type(self.pipeline, MarkdownKnowledgeLoader)
-        sources, unusable = discover_knowledge_files(root, loader.max_file_bytes)
-        versions = {}
-        for path, source in list(sources.items()):
-            try:
-                versions[source] = file_version(path.read_bytes())
-            except OSError as err:
-                unusable.append({"source": source, "reason": err.strerror or str(err)})
-                del sources[path]
+        sources, unusable, unsupported = self._discover(root)
+        versions = self._versions(sources, unusable)
         files = [*sources, *(f["source"] for f in unusable if f["source"] and not f["source"].endswith("/"))]
         todo = [
             p
             for p, source in sources.items()
             if (entry := old.get(source)) is None or entry.doc_version != versions[source]
         ]
-        summary = IndexSummary(files=len(files), skipped=len(sources) - len(todo), failures=unusable)
+        summary = IndexSummary(
+            files=len(files), skipped=len(sources) - len(todo), failures=unusable, unsupported=unsupported
+        )
         # a file or folder that could not be read keeps its documents' previous version
         unreadable = _kept_as_they_were(old, unusable)
         summary.bm25 = "milvus" if self.collection.full_text_field() else "in-process"
@@ -459,7 +600,7 @@ class KnowledgeIndexer:
         batches = [todo[i : i + self.files_per_batch] for i in range(0, len(todo), self.files_per_batch)]
         with tqdm(total=len(todo), desc="Indexing", unit="file", disable=not progress or not todo) as bar:
             for batch in batches:
-                for entry in self._run_batch(root, batch, summary):
+                for entry in self._run_batch(batch, sources, versions, summary):
                     fresh[entry.source] = entry
                 bar.update(len(batch))
                 bar.set_postfix(chunks=summary.chunks, failed=summary.failed)
@@ -470,10 +611,8 @@ class KnowledgeIndexer:
         active.update(fresh)
         summary.duplicate_ids = _duplicate_ids(active)
         unchanged = not fresh and not summary.deleted and bool(previous.term_categories)
-        bodies = {} if unchanged else _bodies(root, {s: d for s, d in active.items() if s not in unreadable})
         index = self.record(
             list(active.values()),
-            bodies,
             previous=previous,
             unchanged=unchanged,
             remove_stale=bool(fresh or summary.deleted or summary.failures),
@@ -484,6 +623,37 @@ class KnowledgeIndexer:
         summary.bm25_index = (index.statistics.bm25_index if index.statistics else None) or ""
         summary.seconds = time.perf_counter() - started
         return summary
+
+    def _discover(self, root: Path) -> tuple[dict[Path, str], list[dict[str, str]], list[dict[str, str]]]:
+        """
+        The files of the folder the pipeline takes (by source), the entries that cannot be read (with why), and the
+        files of a type no converter takes (with their type).
+        """
+        found = find_knowledge_files(root)
+        taken, left = self._supported(list(found.files))
+        unsupported = [{"source": found.files[p], "type": _type_of(p)} for p in left]
+        entries = [Path(root, f["source"]) for f in found.unusable if not f["source"].endswith("/") and f["source"]]
+        _, foreign = self._supported(entries)  # a dangling link of a type no converter takes is no knowledge file
+        foreign_sources = {p.relative_to(root).as_posix() for p in foreign}
+        unusable = [f for f in found.unusable if f["source"] not in foreign_sources]
+        return {p: found.files[p] for p in taken}, unusable, unsupported
+
+    def _versions(self, sources: dict[Path, str], unusable: list[dict[str, str]]) -> dict[str, str]:
+        """Each file's version, hashed a block at a time (a file over `max_file_bytes`, or unreadable: `unusable`)."""
+        versions = {}
+        for path, source in list(sources.items()):
+            try:
+                size = path.stat().st_size
+                if size > self.max_file_bytes:
+                    reason = f"{size} bytes, over the index run's {self.max_file_bytes}-byte cap (max_file_bytes)"
+                    unusable.append({"source": source, "reason": reason})
+                    del sources[path]
+                    continue
+                versions[source] = file_version_of(path)
+            except OSError as err:
+                unusable.append({"source": source, "reason": err.strerror or str(err)})
+                del sources[path]
+        return versions
 
     def _carry_over(
         self, rebuild: _Rebuild, unusable: list[dict[str, str]], summary: IndexSummary
@@ -512,7 +682,6 @@ class KnowledgeIndexer:
     def record(
         self,
         documents: list[IndexedDocument],
-        bodies: Mapping[str, str],
         previous: KnowledgeIndex | None = None,
         unchanged: bool = False,
         remove_stale: bool = False,
@@ -524,18 +693,18 @@ class KnowledgeIndexer:
         collection's statistics.
 
         The index file is saved first: from then on lookups read these document versions (the switch). Then, with
-        `remove_stale`, chunks of every other version are deleted; the collection is flushed, its statistics are
-        counted over the active chunks with the lookup embedder (`compute_statistics`) and saved with the index.
-        An index file that would not change is not written again, so running lookups need not reload anything.
-        A rebuild (`replacing`) writes a collection no lookup reads yet: its statistics are counted first, and the
-        index is saved once, complete; the replaced collection is dropped `retire_after_s` later.
+        `remove_stale`, chunks of every other version are deleted; the collection is flushed, and one pass over its
+        active chunks counts its statistics (with the lookup side's embedder, `compute_statistics`) and the L0 term
+        statistics (`term_category_counts`, over each document's chunks and headings: the documents as they were
+        written, no file is read again), saved with the index. An index file that would not change is not written
+        again, so running lookups need not reload anything. A rebuild (`replacing`) writes a collection no lookup
+        reads yet: its statistics are counted first, and the index is saved once, complete; the replaced collection is
+        dropped `retire_after_s` later.
 
         :param documents: The active documents, one per source (their chunks written).
-        :param bodies: Markdown body per source, for the L0 term statistics (`term_category_counts`); a source
-            without a body counts its hint fields only.
         :param previous: The index as it was before this run (default: none, everything is recorded anew).
-        :param unchanged: Nothing changed since `previous`: its term statistics and collection statistics are kept
-            (when made with the same embedding model) instead of counted again; `bodies` is not read.
+        :param unchanged: Nothing changed since `previous`: its statistics and term statistics are kept (when made
+            with the same embedding model, their files still there) instead of counted again.
         :param remove_stale: Delete the chunks of other versions once the index is saved (a failure is logged and
             put in `summary.cleanup_error`: stale chunks are never returned and the next run retries).
         :param summary: Receives `stale_chunks_removed` and `cleanup_error`.
@@ -550,17 +719,16 @@ class KnowledgeIndexer:
             collection_schema=asdict(self.collection.schema),
             embedding_model=self.embedding_model,
             documents=sorted(documents, key=lambda d: d.source),
-            term_categories=previous.term_categories if unchanged else term_category_counts(documents, dict(bodies)),
+            term_categories=previous.term_categories,  # until they are counted again below
         )
         if replacing is not None:
             return self._switch(index, replacing, summary)
-        index.statistics = previous.statistics  # until they are counted again below
+        index.statistics = previous.statistics
         if index != previous:  # an unchanged file keeps its mtime, so running lookups need not reload anything
             index.save(self.deployment.index_path)  # the switch: new versions active before old chunks go
-        active_versions = index.active_versions()
         if remove_stale:
             try:
-                removed = self.writer.remove_stale(active_versions)
+                removed = self.writer.remove_stale(index.active_versions())
                 if summary is not None:
                     summary.stale_chunks_removed = removed
             except Exception as err:  # harmless: stale chunks are never returned and the next run retries
@@ -568,10 +736,11 @@ class KnowledgeIndexer:
                 if summary is not None:
                     summary.cleanup_error = str(err)
         self.collection.flush()
-        index.statistics = self._statistics(previous, unchanged, active_versions)
-        if index.statistics != previous.statistics:
+        self._count(index, previous if unchanged else None)
+        if (index.statistics, index.term_categories) != (previous.statistics, previous.term_categories):
             index.save(self.deployment.index_path)
         # the earlier runs' files, once the index names this run's (a lookup still reading one keeps its files open)
+        assert index.statistics is not None
         VectorTable.remove_others(self.deployment.index_path.parent, index.statistics.vector_table)
         Bm25ChunkIndex.remove_others(self.deployment.index_path.parent, index.statistics.bm25_index)
         return index
@@ -579,8 +748,9 @@ class KnowledgeIndexer:
     def _switch(self, index: KnowledgeIndex, replaced: str, summary: IndexSummary | None) -> KnowledgeIndex:
         """A rebuild's end: count the new collection's statistics, switch lookups to it, then drop the old one."""
         self.collection.flush()
-        index.statistics = self._statistics(KnowledgeIndex(), False, index.active_versions())
+        self._count(index, None)
         index.save(self.deployment.index_path)  # the switch: lookups read the new collection from their next call
+        assert index.statistics is not None
         folder = self.deployment.index_path.parent
         try:
             if replaced and replaced != index.collection_name:
@@ -595,14 +765,15 @@ class KnowledgeIndexer:
                 summary.cleanup_error = str(err)
         return index
 
-    def _statistics(
-        self, previous: KnowledgeIndex, unchanged: bool, active_versions: dict[str, str]
-    ) -> CollectionStatistics:
-        """The collection's statistics: the previous run's when nothing changed, else counted again."""
-        kept = previous.statistics
+    def _count(self, index: KnowledgeIndex, kept_from: KnowledgeIndex | None) -> None:
+        """
+        Put the collection's statistics and the L0 term statistics into `index`: `kept_from`'s when they are still
+        valid (nothing changed, the same embedding model, their files still there), else counted in one pass.
+        """
         folder = self.deployment.index_path.parent
+        kept = kept_from.statistics if kept_from is not None else None
         if (
-            unchanged
+            kept_from is not None
             and kept
             and kept.embedding_model == self.embedding_model
             and kept.term_counts is not None
@@ -611,11 +782,14 @@ class KnowledgeIndexer:
             and kept.bm25_index
             and (folder / kept.bm25_index).is_dir()
         ):
-            return kept
-        backend = get_backend(self.embedding_model)
-        return self.collection.compute_statistics(
-            backend.embed_queries, self.embedding_model, active_versions, folder=folder
+            index.statistics, index.term_categories = kept, kept_from.term_categories
+            return
+        texts: dict[str, list[tuple[int, str]]] = {}
+        index.statistics = self.collection.compute_statistics(
+            self._embed_queries, self.embedding_model, index.active_versions(), folder=folder, texts=texts
         )
+        bodies = {source: "\n\n".join(text for _, text in sorted(parts)) for source, parts in texts.items()}
+        index.term_categories = term_category_counts(index.documents, bodies)
 
     def close(self) -> None:
         """Release the Milvus connection."""

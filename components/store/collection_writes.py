@@ -144,6 +144,7 @@ class CollectionWrites:
         embedding_model: str,
         active: dict[str, str],
         folder: str | Path | None = None,
+        texts: dict[str, list[tuple[int, str]]] | None = None,
     ) -> CollectionStatistics:
         """
         Count the statistics over the collection's active chunks (one pass over the rows, a batch at a time).
@@ -155,6 +156,8 @@ class CollectionWrites:
         :param folder: Also write, into this folder, the active chunks' vectors (every vector field) as a
             `VectorTable` file and their BM25 index (`Bm25ChunkIndex.save`), named in the statistics' `vector_table`
             and `bm25_index` (None: neither).
+        :param texts: Also gather, per source, each active chunk's `(chunk_index, breadcrumb + "\n" + content)`
+            into this mapping (what the L0 term statistics read: the document as it was written, headings included).
         :returns: The statistics.
         """
         s = self._schema
@@ -166,6 +169,13 @@ class CollectionWrites:
         def batches() -> Iterator[list[tuple[str, list[float], list[str]]]]:
             for rows in self.store.iter_rows(with_content=True, vector_fields=fields):
                 kept = [row for row in rows if is_active(row["metadata"], active)]
+                if texts is not None:
+                    for row in kept:
+                        meta = row["metadata"]
+                        text = f"{meta.get('breadcrumb') or ''}\n{row['content']}"
+                        texts.setdefault(str(meta.get("source") or row["id"]), []).append(
+                            (int(meta.get("chunk_index") or 0), text)
+                        )
                 batch = [(row["content"], row["vectors"][s.vector_field], tokenize(row["content"])) for row in kept]
                 if folder is not None and kept:
                     parts.append(

@@ -151,6 +151,7 @@ class KnowledgeStore(Protocol):
         embedding_model: str,
         active: dict[str, str],
         folder: str | Path | None = None,
+        texts: dict[str, list[tuple[int, str]]] | None = None,
     ) -> CollectionStatistics:
         """Count the statistics over the active chunks (and write the vector table and BM25 index into `folder`)."""
 

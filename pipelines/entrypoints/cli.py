@@ -38,6 +38,14 @@ def _print_index_summary(summary: dict, deployment: Deployment) -> None:
     )
     for failure in summary["failures"]:
         print(f"  FAILED {failure['source']}: {failure['reason']}")
+    unsupported = summary.get("unsupported") or []
+    if unsupported:
+        types = sorted({u["type"] for u in unsupported})
+        shown = ", ".join(u["source"] for u in unsupported[:5]) + (", ..." if len(unsupported) > 5 else "")
+        print(
+            f"  UNSUPPORTED {len(unsupported)} files of a type no converter takes ({', '.join(types)}): {shown} "
+            "(add a converter to the indexing pipeline: docs/extending.md)"
+        )
     for doc_id, sources in summary.get("duplicate_ids", {}).items():
         print(f"  DUPLICATE id {doc_id!r} in {', '.join(sources)} (ids must be unique; set `id:` in the frontmatter)")
     if summary.get("bm25_index"):

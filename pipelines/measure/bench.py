@@ -43,10 +43,8 @@ from urllib.parse import urlsplit
 
 from haystack import Pipeline
 
-from components.converters.markdown_loader import MarkdownKnowledgeLoader
 from components.core.embedding_backends import get_backend
 from components.embedders.offline_text_embedder import OfflineTextEmbedder
-from components.preprocessors.heading_chunker import HeadingChunker
 from components.retrievers.filtered_retry_retriever import FilteredRetryRetriever
 from components.retrievers.sidecar_retriever import SidecarRetriever
 from components.store.knowledge_index import KnowledgeIndex
@@ -55,6 +53,7 @@ from components.store.schema import is_lite_uri
 from components.store.stock_retriever import stock_retriever
 from pipelines import load_pipeline, lookup
 from pipelines.indexing import IndexSummary, KnowledgeIndexer
+from pipelines.knowledge_files import find_knowledge_files
 from pipelines.loading import node_of_type
 from pipelines.measure.scale_corpus import ScalePool, build_scale_corpus, embed_pool
 from pipelines.settings import REPO_ROOT, Deployment
@@ -325,16 +324,13 @@ def index_throughput(indexer: KnowledgeIndexer, summary: IndexSummary, knowledge
     """
     Indexing throughput next to the embedding models' own on exactly the texts the indexing pipeline embeds.
 
-    :param indexer: The indexer that indexed `knowledge_dir` (its pipeline's loader, chunker and embedders are used).
+    :param indexer: The indexer that indexed `knowledge_dir` (its pipeline up to the chunks, and its embedders).
     :param summary: What its run did.
     :param knowledge_dir: The folder it indexed.
     :returns: Characters/s of both and their ratio (`index_throughput_ratio`).
     """
-    _, loader = node_of_type(indexer.pipeline, MarkdownKnowledgeLoader)
-    _, chunker = node_of_type(indexer.pipeline, HeadingChunker)
-    sources = [str(p) for p in sorted(knowledge_dir.rglob("*.md"))]
-    chunks = chunker.run(documents=loader.run(sources=sources, root=str(knowledge_dir))["documents"])["documents"]
-    embedders = [e for e in (indexer.embedder, indexer.crosslingual_embedder) if e is not None]
+    chunks, _ = indexer.run_without_writing(knowledge_dir, list(find_knowledge_files(knowledge_dir).files), embed=False)
+    embedders = indexer.document_embedders
     seconds = 0.0
     characters = 0
     for embedder in embedders:

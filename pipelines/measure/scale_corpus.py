@@ -32,12 +32,12 @@ import numpy as np
 from haystack import Document, logging
 from tqdm import tqdm
 
-from components.converters.markdown_loader import MarkdownKnowledgeLoader, discover_knowledge_files, file_version
-from components.preprocessors.heading_chunker import HeadingChunker, chunk_id
+from components.core.file_version import file_version
+from components.preprocessors.heading_chunker import chunk_id
 from components.store.knowledge_index import IndexedDocument
 from components.store.schema import CROSSLINGUAL_META_KEY
 from pipelines.indexing import KnowledgeIndexer, indexed_document
-from pipelines.loading import node_of_type
+from pipelines.knowledge_files import find_knowledge_files
 from pipelines.settings import Deployment
 
 logger = logging.getLogger(__name__)
@@ -52,9 +52,8 @@ class ScalePool:
 
     root: Path
     documents: list[list[Document]]  # per loaded document (by source), its embedded chunks; none is empty
-    bodies: dict[str, str]  # markdown body per source, for the L0 term statistics
     models: tuple[str, ...]  # the embedders' models: e5 first, then the cross-lingual one if the pipeline has it
-    failures: list[dict[str, str]] = field(default_factory=list)  # files the loader could not load
+    failures: list[dict[str, str]] = field(default_factory=list)  # files the pipeline could not convert
     seconds: float = 0.0  # spent loading, chunking and embedding
 
     @property
@@ -113,36 +112,27 @@ def embed_pool(knowledge_dir: str | Path, indexer: KnowledgeIndexer, progress: b
     if not root.is_dir():
         msg = f"knowledge folder {root} does not exist"
         raise FileNotFoundError(msg)
-    _, loader = node_of_type(indexer.pipeline, MarkdownKnowledgeLoader)
-    _, chunker = node_of_type(indexer.pipeline, HeadingChunker)
-    embedders = [e for e in (indexer.embedder, indexer.crosslingual_embedder) if e is not None]
-    files, failures = discover_knowledge_files(root, loader.max_file_bytes)
-    paths = list(files)
+    found = find_knowledge_files(root)
+    paths = list(found.files)
+    failures = list(found.unusable)
     step = indexer.files_per_batch
     documents: list[list[Document]] = []
-    bodies: dict[str, str] = {}
     with tqdm(total=len(paths), desc="Embedding the pool", unit="file", disable=not progress) as bar:
         for start in range(0, len(paths), step):
-            loaded = loader.run(sources=[str(p) for p in paths[start : start + step]], root=str(root))
-            failures.extend(loaded["failures"])
-            chunks = chunker.run(documents=loaded["documents"])["documents"]
-            for embedder in embedders:
-                chunks = embedder.run(documents=chunks)["documents"]
+            chunks, failed = indexer.run_without_writing(root, paths[start : start + step])
+            failures.extend(failed)
             by_source: dict[str, list[Document]] = {}
             for chunk in chunks:
                 by_source.setdefault(chunk.meta["source"], []).append(chunk)
-            for doc in loaded["documents"]:
-                if doc.meta["source"] in by_source:
-                    documents.append(by_source[doc.meta["source"]])
-                    bodies[doc.meta["source"]] = doc.content or ""
+            documents.extend(by_source.values())
             bar.update(len(paths[start : start + step]))
     if not documents:
         msg = f"knowledge folder {root} has no markdown file that makes a chunk; failures: {failures}"
         raise ValueError(msg)
     for failure in failures:
         logger.warning("Left out of the pool: {source}: {reason}", source=failure["source"], reason=failure["reason"])
-    models = tuple(e.model for e in embedders)
-    return ScalePool(root, documents, bodies, models, failures, time.perf_counter() - started)
+    models = tuple(str(e.model) for e in indexer.document_embedders)
+    return ScalePool(root, documents, models, failures, time.perf_counter() - started)
 
 
 def vectors_statement(pool: ScalePool) -> str:
@@ -323,13 +313,10 @@ def build_scale_corpus(
         deployment.index_path.unlink(missing_ok=True)
         indexer.writer.warm_up()
         entries: list[IndexedDocument] = []
-        bodies: dict[str, str] = {}
         batch: list[list[Document]] = []
         with tqdm(total=chunks, desc="Writing", unit="chunk", disable=not progress) as bar:
             for doc in scale_documents(pool, chunks, seed):
-                source = doc[0].meta["source"]
-                entries.append(indexed_document(doc[0], len(doc)))
-                bodies[source] = pool.bodies.get(source) or "\n\n".join(c.content or "" for c in doc)
+                entries.append(indexed_document(doc[0].meta, len(doc)))
                 batch.append(doc)
                 if len(batch) == DOCUMENTS_PER_BATCH:
                     _write(indexer, batch)
@@ -339,7 +326,7 @@ def build_scale_corpus(
                 _write(indexer, batch)
                 bar.update(sum(len(d) for d in batch))
         written = time.perf_counter()
-        indexer.record(entries, bodies)
+        indexer.record(entries)
         finished = time.perf_counter()
     finally:
         indexer.close()

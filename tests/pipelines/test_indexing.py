@@ -8,14 +8,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
+from components.converters import markdown_knowledge_converter
 from components.core.embedding_backends import get_backend
 from components.store.knowledge_collection import KnowledgeCollection
 from components.store.knowledge_index import KnowledgeIndex
 from components.store.lexical import Bm25ChunkIndex
 from components.store.vector_table import VectorTable
+from pipelines import load_pipeline, lookup
 from pipelines.indexing import KnowledgeIndexer
-from pipelines.settings import Deployment
+from pipelines.settings import DEFAULT_INDEXING_PIPELINE, Deployment
 
 pytestmark = pytest.mark.integration
 
@@ -340,3 +343,120 @@ def _index_an_edit_and_compare(indexer: KnowledgeIndexer, kb: Path, written_file
     path.write_text(path.read_text().replace("seven days", "three days, and page the storage team"))
     indexer.index(kb, progress=False)
     assert written_file() != first  # the superseded version's chunks are not in the new file
+
+
+def _edited_indexing_yaml(tmp_path: Path, edit: Callable[[dict], None]) -> Path:
+    data = yaml.safe_load(DEFAULT_INDEXING_PIPELINE.read_text(encoding="utf-8"))
+    edit(data)
+    path = tmp_path / "indexing.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _rename(data: dict, names: dict[str, str]) -> None:
+    data["components"] = {names.get(k, k): v for k, v in data["components"].items()}
+    for connection in data["connections"]:
+        for end in ("sender", "receiver"):
+            node, _, socket = connection[end].partition(".")
+            connection[end] = f"{names.get(node, node)}.{socket}"
+
+
+class TestIndexingPipelineShape:
+    """The indexing pipeline is routing -> converters -> cleaning -> chunking -> embedding -> writing, in its YAML."""
+
+    def test_files_of_a_type_no_converter_takes_are_listed_hidden_ones_left_out(self, tmp_path, tiny_kb):
+        (tiny_kb / "notes.txt").write_text("plain text", encoding="utf-8")
+        (tiny_kb / "alerts" / "answers.jsonl").write_text('{"a": 1}\n', encoding="utf-8")
+        (tiny_kb / ".draft.md").write_text("# Hidden\n\ntext", encoding="utf-8")
+        (tiny_kb / ".git").mkdir()
+        (tiny_kb / ".git" / "config").write_text("[core]", encoding="utf-8")
+        indexer = KnowledgeIndexer(Deployment.resolve(tmp_path / "data"))
+        try:
+            summary = indexer.index(tiny_kb, progress=False)
+        finally:
+            indexer.close()
+        assert (summary.files, summary.indexed, summary.failed) == (3, 3, 0)
+        assert summary.unsupported == [
+            {"source": "alerts/answers.jsonl", "type": ".jsonl"},
+            {"source": "notes.txt", "type": "text/plain"},
+        ]
+
+    def test_a_format_is_added_by_one_converter_and_a_yaml_edit(self, tmp_path, tiny_kb):
+        (tiny_kb / "faq").mkdir(exist_ok=True)
+        (tiny_kb / "faq" / "parking.txt").write_text(
+            "Visitor parking is on level minus two; the gate code is 4711.\n", encoding="utf-8"
+        )
+
+        def add_plain_text(data: dict) -> None:
+            data["components"]["router"]["init_parameters"]["mime_types"].append("text/plain")
+            data["components"]["text"] = {
+                "type": "haystack.components.converters.txt.TextFileToDocument",
+                "init_parameters": {},
+            }
+            data["connections"] += [
+                {"sender": "router.text/plain", "receiver": "text.sources"},
+                {"sender": "text.documents", "receiver": "joiner.documents"},
+            ]
+
+        deployment = Deployment.resolve(tmp_path / "data")
+        indexer = KnowledgeIndexer(deployment, pipeline_path=_edited_indexing_yaml(tmp_path, add_plain_text))
+        try:
+            summary = indexer.index(tiny_kb, progress=False)
+        finally:
+            indexer.close()
+        assert (summary.indexed, summary.failed, summary.unsupported) == (4, 0, [])
+        entry = KnowledgeIndex.load(deployment.index_path).by_source()["faq/parking.txt"]
+        assert (entry.doc_id, entry.chunks) == ("faq/parking.txt", 1)
+        result = lookup(load_pipeline(data_dir=deployment.data_dir), "what is the gate code of the visitor parking?")
+        assert result["found"] and result["evidenceBlocks"][0]["source"] == "faq/parking.txt"
+
+    def test_the_parts_are_found_by_what_they_take_and_give_not_by_their_names(self, tmp_path, tiny_kb):
+        names = {"router": "files", "markdown": "md", "writer": "store_writer", "embedder": "e5"}
+        path = _edited_indexing_yaml(tmp_path, lambda data: _rename(data, names))
+        indexer = KnowledgeIndexer(Deployment.resolve(tmp_path / "data"), pipeline_path=path)
+        try:
+            summary = indexer.index(tiny_kb, progress=False)
+        finally:
+            indexer.close()
+        assert (summary.indexed, summary.failed) == (3, 0) and summary.chunks > 3 and summary.characters > 0
+
+    def test_a_pipeline_without_a_writer_is_refused_naming_it(self, tmp_path):
+        def drop_writer(data: dict) -> None:
+            del data["components"]["writer"]
+            data["connections"] = [c for c in data["connections"] if not c["receiver"].startswith("writer.")]
+
+        with pytest.raises(ValueError, match="writer to a knowledge store"):
+            KnowledgeIndexer(
+                Deployment.resolve(tmp_path / "data"), pipeline_path=_edited_indexing_yaml(tmp_path, drop_writer)
+            )
+
+    def test_the_l0_statistics_come_from_what_was_written_no_file_is_read_again(self, tmp_path, tiny_kb, monkeypatch):
+        deployment = Deployment.resolve(tmp_path / "data")
+        indexer = KnowledgeIndexer(deployment)
+        try:
+            indexer.index(tiny_kb, progress=False)
+            (tiny_kb / "faq" / "plans.md").write_text(
+                (tiny_kb / "faq" / "plans.md").read_text(encoding="utf-8") + "\nThe Team plan adds single sign-on.\n",
+                encoding="utf-8",
+            )
+            parsed: list[str] = []
+            real = markdown_knowledge_converter.parse_knowledge_file
+
+            def counted(data, source, *args):
+                parsed.append(source)
+                return real(data, source, *args)
+
+            monkeypatch.setattr(markdown_knowledge_converter, "parse_knowledge_file", counted)
+            again = indexer.index(tiny_kb, progress=False)
+        finally:
+            indexer.close()
+        assert again.indexed == 1 and parsed == ["faq/plans.md"]  # the unchanged files were not parsed again
+        incremental = KnowledgeIndex.load(deployment.index_path).term_categories
+        fresh = Deployment.resolve(tmp_path / "fresh")
+        other = KnowledgeIndexer(fresh)
+        try:
+            other.index(tiny_kb, progress=False)
+        finally:
+            other.close()
+        assert incremental == KnowledgeIndex.load(fresh.index_path).term_categories
+        assert incremental["disk full"] == {"alerts": 1}  # a hint term, counted from the store's chunks

@@ -571,6 +571,8 @@ class TestPipelinesYaml:
         roles = {"crosslingual_embedder": {"model", "embedding_meta_key"}}
         for name, spec in data["components"].items():
             module, _, class_name = spec["type"].rpartition(".")
+            if not module.startswith("components."):
+                continue  # Haystack's own components (the router, the joiner) are configured in the YAML alone
             cls = getattr(importlib.import_module(module), class_name)
             default = cls()
             for param, value in spec["init_parameters"].items():

@@ -41,7 +41,9 @@ def hostile(tmp_path_factory):
     (kb / "ops" / "good.md").write_text(GOOD.format(id="good", title="Good"), encoding="utf-8")
     (kb / "ops" / "twin-a.md").write_text(GOOD.format(id="twin", title="Twin A"), encoding="utf-8")
     (kb / "ops" / "twin-b.md").write_text(GOOD.format(id="twin", title="Twin B"), encoding="utf-8")
-    (kb / "ops" / "folder.md").mkdir()
+    (kb / "ops" / "sub").mkdir()
+    (kb / "ops" / "folder.md").symlink_to(kb / "ops" / "sub")  # a link to a folder is reported, never followed
+    (kb / "ops" / "notes.md").mkdir()  # a folder named like a file is a folder: walked, nothing in it
     (kb / "ops" / "dangling.md").symlink_to(kb / "ops" / "nowhere.md")
     (kb / "ops" / "loop.md").symlink_to(kb / "ops" / "loop.md")
     outside = root / "secret.md"

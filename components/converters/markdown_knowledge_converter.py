@@ -1,13 +1,14 @@
 from __future__ import annotations
 
-import hashlib
-import os
 import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 from haystack import Document, component, logging
+from haystack.dataclasses import ByteStream
+
+from components.core.file_version import file_version
 
 logger = logging.getLogger(__name__)
 
@@ -15,7 +16,7 @@ _FIRST_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 _KNOWN_KEYS = ("id", "title", "category", "domain", "keywords", "entities")
 
 
-#: defaults of the loader's caps (pipelines/indexing.yaml sets them)
+#: defaults of the converter's caps (pipelines/indexing.yaml sets them)
 MAX_FILE_BYTES = 512 * 1024
 MAX_FRONTMATTER_BYTES = 16 * 1024
 MAX_FRONTMATTER_ALIASES = 8
@@ -23,88 +24,6 @@ MAX_FRONTMATTER_ALIASES = 8
 
 class KnowledgeFileError(ValueError):
     """A knowledge file that cannot be loaded; the message names the reason."""
-
-
-def discover_knowledge_files(
-    root: Path, max_file_bytes: int = MAX_FILE_BYTES
-) -> tuple[dict[Path, str], list[dict[str, str]]]:
-    """
-    Find the `*.md` files under a knowledge root, and report every entry that cannot be one.
-
-    A directory named `*.md`, a dangling or looping symlink, a symlink that leaves the root, anything that is not a
-    regular file, and a file over `max_file_bytes` is reported, never raised, so one bad entry cannot stop a run.
-
-    :param root: The knowledge root (resolved).
-    :param max_file_bytes: Largest file accepted.
-    :returns: `{path: source}` of the usable files (source: the path relative to the root), and the failures as
-        `{"source", "reason"}`.
-    """
-    files: dict[Path, str] = {}
-    failures: list[dict[str, str]] = []
-    candidates, unreadable = _walk(root, ".md")
-    for folder, error in unreadable:
-        logger.warning("Cannot read knowledge folder {folder}: {error}", folder=folder, error=error)
-        failures.append({"source": folder, "reason": f"{error}: folder not read, its documents keep their version"})
-    for path in candidates:
-        source = path.relative_to(root).as_posix()
-        reason = _unusable(path, root, max_file_bytes)
-        if reason:
-            logger.warning("Skipping knowledge entry {source}: {reason}", source=source, reason=reason)
-            failures.append({"source": source, "reason": reason})
-        else:
-            files[path] = source
-    return files, failures
-
-
-def _walk(root: Path, suffix: str) -> tuple[list[Path], list[tuple[str, str]]]:
-    """
-    Every entry under `root` whose name ends with `suffix` (links to folders are not followed), sorted, and the
-    folders that could not be listed, as `(path relative to the root + "/", reason)`: `Path.rglob` skips those
-    silently, and a folder skipped that way would look deleted.
-    """
-    unreadable: list[tuple[str, str]] = []
-
-    def note(err: OSError) -> None:
-        where = Path(err.filename or root)
-        relative = where.relative_to(root).as_posix() if where.is_relative_to(root) else str(where)
-        unreadable.append(("" if relative == "." else relative.rstrip("/") + "/", err.strerror or str(err)))
-
-    found = [
-        Path(folder) / name
-        for folder, folders, names in os.walk(root, onerror=note)
-        for name in (*folders, *names)
-        if name.endswith(suffix)
-    ]
-    return sorted(found), unreadable
-
-
-def _unusable(path: Path, root: Path, max_file_bytes: int) -> str | None:
-    try:
-        target = path.resolve(strict=True)
-    except FileNotFoundError:
-        return "dangling symlink" if path.is_symlink() else "No such file or directory"
-    except (OSError, RuntimeError) as err:  # a symlink loop: ELOOP, or RuntimeError before Python 3.13
-        return f"unresolvable path ({getattr(err, 'strerror', None) or err})"
-    if not target.is_relative_to(root):
-        return "symlink leaves the knowledge root"
-    if target.is_dir():
-        return "is a directory"
-    if not target.is_file():
-        return "not a regular file"
-    size = target.stat().st_size
-    if size > max_file_bytes:
-        return f"{size} bytes, over the {max_file_bytes}-byte cap (max_file_bytes)"
-    return None
-
-
-def file_version(data: bytes) -> str:
-    """
-    Return the version of a knowledge file: a short hash of its bytes.
-
-    :param data: The raw file content.
-    :returns: 16 hex characters.
-    """
-    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def _split_frontmatter(
@@ -216,45 +135,42 @@ def parse_knowledge_file(
 
 
 @component
-class MarkdownKnowledgeLoader:
+class MarkdownKnowledgeConverter:
     """
-    Loads markdown knowledge files with YAML frontmatter into Haystack Documents, one per file.
+    Converts markdown knowledge files with frontmatter into Haystack Documents, one per file.
 
-    Frontmatter fields: `id` (default: the path relative to the knowledge root), `title` (default: the first
-    heading), `category` (alias `domain`), `keywords`, `entities`; other keys are kept as metadata. A file that
-    cannot be read or parsed does not stop the run: it is reported in `failures` with its name and the reason.
+    The content is the markdown body; the YAML frontmatter becomes the metadata: `id` (default: the file's source),
+    `title` (default: the first heading), `category` (alias `domain`), `keywords`, `entities`, and any other key as is.
+    Each file's `source` (its path relative to the knowledge root) and `doc_version` come with its `meta` (the indexer
+    gives both; without them the source is the file name and the version the hash of the bytes). A file that cannot
+    be read or parsed does not stop the run: it is reported in `failures` with its source and the reason.
 
     ### Usage example
 
     ```python
-    from components.converters.markdown_loader import MarkdownKnowledgeLoader
+    from components.converters.markdown_knowledge_converter import MarkdownKnowledgeConverter
 
-    loader = MarkdownKnowledgeLoader(root="knowledge")
-    result = loader.run(sources=["knowledge/alerts/disk-full.md"])
+    converter = MarkdownKnowledgeConverter()
+    result = converter.run(sources=["knowledge/alerts/disk-full.md"], meta=[{"source": "alerts/disk-full.md"}])
     print(result["documents"][0].meta["title"], result["failures"])
     ```
     """
 
     def __init__(
         self,
-        root: str = "knowledge",
         max_file_bytes: int = MAX_FILE_BYTES,
         max_frontmatter_bytes: int = MAX_FRONTMATTER_BYTES,
         max_frontmatter_aliases: int = MAX_FRONTMATTER_ALIASES,
     ) -> None:
         """
-        Create the loader.
+        Create the converter.
 
-        :param root: The knowledge root; `source` is each file's path relative to it.
-        :param max_file_bytes: Largest file loaded (a larger one is reported as failed: embedding it would hold the
+        :param max_file_bytes: Largest file converted (a larger one is reported as failed: embedding it would hold the
             store for long).
         :param max_frontmatter_bytes: Largest frontmatter accepted.
         :param max_frontmatter_aliases: Most YAML aliases accepted in a frontmatter (a few can expand to gigabytes).
-        :raises ValueError: If `root` is empty or a cap is not positive.
+        :raises ValueError: If a cap is not positive.
         """
-        if not root:
-            msg = f"root={root!r} must name the knowledge folder, e.g. 'knowledge'"
-            raise ValueError(msg)
         for name, value in (("max_file_bytes", max_file_bytes), ("max_frontmatter_bytes", max_frontmatter_bytes)):
             if value < 1:
                 msg = f"{name}={value!r} must be a positive number of bytes"
@@ -262,35 +178,62 @@ class MarkdownKnowledgeLoader:
         if max_frontmatter_aliases < 0:
             msg = f"max_frontmatter_aliases={max_frontmatter_aliases!r} must be 0 or more"
             raise ValueError(msg)
-        self.root = root
         self.max_file_bytes = max_file_bytes
         self.max_frontmatter_bytes = max_frontmatter_bytes
         self.max_frontmatter_aliases = max_frontmatter_aliases
 
-    @component.output_types(documents=list[Document], failures=list[dict[str, str]])
-    def run(self, sources: list[str], root: str | None = None) -> dict[str, Any]:
-        """
-        Load the given files.
+    def _convert(self, source: str | Path | ByteStream, meta: dict[str, Any]) -> Document:
+        """One file's Document; raises `KnowledgeFileError` or `OSError` for a file that cannot be one."""
+        if isinstance(source, ByteStream):
+            data = source.data
+            meta = {**source.meta, **meta}
+        else:
+            path = Path(source)
+            size = path.stat().st_size
+            if size > self.max_file_bytes:
+                raise KnowledgeFileError(f"{size} bytes, over the {self.max_file_bytes}-byte cap (max_file_bytes)")
+            data = path.read_bytes()
+            meta = {"source": path.name, **meta}
+        if len(data) > self.max_file_bytes:
+            raise KnowledgeFileError(f"{len(data)} bytes, over the {self.max_file_bytes}-byte cap (max_file_bytes)")
+        name = str(meta.get("source") or Path(str(meta.get("file_path") or "")).name)
+        document = parse_knowledge_file(data, name, self.max_frontmatter_bytes, self.max_frontmatter_aliases)
+        if meta.get("doc_version"):
+            document.meta["doc_version"] = str(meta["doc_version"])
+        return document
 
-        :param sources: Paths of markdown files (absolute or relative to the working directory).
-        :param root: Overrides the init `root` for this run.
-        :returns: `documents`: one Document per loaded file; `failures`: `{"source", "reason"}` per file that failed.
+    @component.output_types(documents=list[Document], failures=list[dict[str, str]])
+    def run(
+        self, sources: list[str | Path | ByteStream], meta: dict[str, Any] | list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
         """
-        base = Path(root or self.root).resolve()
+        Convert the given files.
+
+        :param sources: File paths, or `ByteStream`s (as a `FileTypeRouter` hands them on, their meta with them).
+        :param meta: Metadata for every source (one dict), or one dict per source: `source` (the path relative to the
+            knowledge root) and `doc_version` are used as such.
+        :returns: `documents`: one Document per converted file; `failures`: `{"source", "reason"}` per file that
+            could not be converted.
+        :raises ValueError: If `meta` is a list of another length than `sources`.
+        """
+        metas = meta if isinstance(meta, list) else [dict(meta or {})] * len(sources)
+        if len(metas) != len(sources):
+            msg = f"meta has {len(metas)} entries for {len(sources)} sources; give one per source, or one for all"
+            raise ValueError(msg)
         documents: list[Document] = []
         failures: list[dict[str, str]] = []
-        for path_str in sources:
-            path = Path(path_str).absolute()
-            source = path.relative_to(base).as_posix() if path.is_relative_to(base) else path.name
+        for source, source_meta in zip(sources, metas, strict=True):
             try:
-                reason = _unusable(path, base, self.max_file_bytes)
-                if reason:
-                    raise KnowledgeFileError(reason)
-                data = path.read_bytes()
-                document = parse_knowledge_file(data, source, self.max_frontmatter_bytes, self.max_frontmatter_aliases)
-                documents.append(document)
+                documents.append(self._convert(source, source_meta))
             except (OSError, KnowledgeFileError) as err:
+                name = str(source_meta.get("source") or _name_of(source))
                 reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-                logger.warning("Skipping knowledge file {source}: {reason}", source=source, reason=reason)
-                failures.append({"source": source, "reason": reason})
+                logger.warning("Skipping knowledge file {source}: {reason}", source=name, reason=reason)
+                failures.append({"source": name, "reason": reason})
         return {"documents": documents, "failures": failures}
+
+
+def _name_of(source: str | Path | ByteStream) -> str:
+    if isinstance(source, ByteStream):
+        return str(source.meta.get("source") or source.meta.get("file_path") or "<bytes>")
+    return Path(source).name

@@ -4,39 +4,44 @@ from pathlib import Path
 
 import pytest
 from haystack.core.serialization import component_from_dict, component_to_dict
+from haystack.dataclasses import ByteStream
 
-from components.converters.markdown_loader import MarkdownKnowledgeLoader, parse_knowledge_file
+from components.converters.markdown_knowledge_converter import MarkdownKnowledgeConverter, parse_knowledge_file
 
 
-class TestMarkdownKnowledgeLoader:
+class TestMarkdownKnowledgeConverter:
     def test_init_defaults_and_invalid(self):
-        assert MarkdownKnowledgeLoader().root == "knowledge"
-        with pytest.raises(ValueError, match="root=''"):
-            MarkdownKnowledgeLoader(root="")
+        converter = MarkdownKnowledgeConverter()
+        assert (converter.max_file_bytes, converter.max_frontmatter_bytes, converter.max_frontmatter_aliases) == (
+            524288,
+            16384,
+            8,
+        )
         for kwargs, match in (
             ({"max_file_bytes": 0}, "max_file_bytes=0"),
             ({"max_frontmatter_bytes": -1}, "max_frontmatter_bytes=-1"),
             ({"max_frontmatter_aliases": -1}, "max_frontmatter_aliases=-1"),
         ):
             with pytest.raises(ValueError, match=match):
-                MarkdownKnowledgeLoader(**kwargs)
+                MarkdownKnowledgeConverter(**kwargs)
 
     def test_to_dict_from_dict(self):
-        loader = MarkdownKnowledgeLoader(
-            root="kb", max_file_bytes=1000, max_frontmatter_bytes=100, max_frontmatter_aliases=0
+        converter = MarkdownKnowledgeConverter(
+            max_file_bytes=1000, max_frontmatter_bytes=100, max_frontmatter_aliases=0
         )
-        data = component_to_dict(loader, "loader")
+        data = component_to_dict(converter, "markdown")
         assert data["init_parameters"] == {
-            "root": "kb",
             "max_file_bytes": 1000,
             "max_frontmatter_bytes": 100,
             "max_frontmatter_aliases": 0,
         }
-        restored = component_from_dict(MarkdownKnowledgeLoader, data, "loader")
-        assert (restored.root, restored.max_file_bytes, restored.max_frontmatter_aliases) == ("kb", 1000, 0)
+        restored = component_from_dict(MarkdownKnowledgeConverter, data, "markdown")
+        assert (restored.max_file_bytes, restored.max_frontmatter_aliases) == (1000, 0)
 
-    def test_run_loads_frontmatter_and_body(self, tiny_kb: Path):
-        result = MarkdownKnowledgeLoader(root=str(tiny_kb)).run(sources=[str(tiny_kb / "payments/refund.md")])
+    def test_run_converts_frontmatter_and_body_with_the_given_source_and_version(self, tiny_kb: Path):
+        result = MarkdownKnowledgeConverter().run(
+            sources=[str(tiny_kb / "payments/refund.md")], meta=[{"source": "payments/refund.md", "doc_version": "v9"}]
+        )
         assert result["failures"] == []
         doc = result["documents"][0]
         assert doc.meta["doc_id"] == "payments-refund"
@@ -45,9 +50,25 @@ class TestMarkdownKnowledgeLoader:
         assert doc.meta["category"] == "payments"
         assert doc.meta["keywords"] == ["退款", "原路退回"]
         assert doc.meta["entities"] == ["refund-worker"]
-        assert len(doc.meta["doc_version"]) == 16
+        assert doc.meta["doc_version"] == "v9"  # the indexer's, never recomputed
         assert doc.content.lstrip().startswith("# 退款处理流程")
         assert "---" not in doc.content.split("\n")[0]
+
+    def test_bytestreams_as_a_router_hands_them_on(self):
+        stream = ByteStream(
+            b"---\ntitle: Streamed\n---\n# Streamed\n\nbody", meta={"source": "a/b.md", "doc_version": "v1"}
+        )
+        [doc] = MarkdownKnowledgeConverter().run(sources=[stream])["documents"]
+        assert (doc.meta["source"], doc.meta["doc_version"], doc.meta["title"]) == ("a/b.md", "v1", "Streamed")
+
+    def test_without_meta_the_source_is_the_file_name_and_the_version_its_hash(self, tmp_path: Path):
+        (tmp_path / "note.md").write_text("# Note\n\ntext", encoding="utf-8")
+        [doc] = MarkdownKnowledgeConverter().run(sources=[tmp_path / "note.md"])["documents"]
+        assert doc.meta["source"] == "note.md" and len(doc.meta["doc_version"]) == 16
+
+    def test_a_meta_list_of_another_length_is_refused(self, tmp_path: Path):
+        with pytest.raises(ValueError, match="meta has 1 entries for 2 sources"):
+            MarkdownKnowledgeConverter().run(sources=[tmp_path / "a.md", tmp_path / "b.md"], meta=[{}])
 
     def test_defaults_for_missing_fields_and_extra_keys_kept(self):
         doc = parse_knowledge_file(b"---\ndomain: ops\nowner: sre\n---\n# Heading Title\n\nbody", "x/y.md")
@@ -77,8 +98,9 @@ class TestMarkdownKnowledgeLoader:
     def test_malformed_files_are_reported_and_the_rest_continues(self, tmp_path: Path, data: bytes, reason: str):
         (tmp_path / "bad.md").write_bytes(data)
         (tmp_path / "good.md").write_text("---\ntitle: Good\n---\n# Good\n\ntext", encoding="utf-8")
-        result = MarkdownKnowledgeLoader(root=str(tmp_path)).run(
-            sources=[str(tmp_path / "bad.md"), str(tmp_path / "good.md"), str(tmp_path / "missing.md")]
+        names = ["bad.md", "good.md", "missing.md"]
+        result = MarkdownKnowledgeConverter().run(
+            sources=[tmp_path / name for name in names], meta=[{"source": name} for name in names]
         )
         assert [d.meta["source"] for d in result["documents"]] == ["good.md"]
         failures = {f["source"]: f["reason"] for f in result["failures"]}
@@ -92,15 +114,17 @@ class TestMarkdownKnowledgeLoader:
     def test_caps_are_applied_per_file(self, tmp_path: Path):
         (tmp_path / "big.md").write_text("# Big\n\n" + "x" * 2000, encoding="utf-8")
         (tmp_path / "alias.md").write_text("---\na: &x 1\nb: *x\n---\n# A\n\nbody", encoding="utf-8")
-        loader = MarkdownKnowledgeLoader(root=str(tmp_path), max_file_bytes=1000, max_frontmatter_aliases=0)
-        result = loader.run(sources=[str(tmp_path / "big.md"), str(tmp_path / "alias.md")])
+        converter = MarkdownKnowledgeConverter(max_file_bytes=1000, max_frontmatter_aliases=0)
+        result = converter.run(sources=[tmp_path / "big.md", tmp_path / "alias.md"])
         reasons = {f["source"]: f["reason"] for f in result["failures"]}
         assert "over the 1000-byte cap" in reasons["big.md"]
         assert "1 YAML aliases, over the cap of 0" in reasons["alias.md"]
-        assert MarkdownKnowledgeLoader(root=str(tmp_path)).run(sources=[str(tmp_path / "alias.md")])["documents"]
+        big = ByteStream(b"x" * 2000, meta={"source": "big.md"})  # a stream is capped too
+        assert "over the 1000-byte cap" in converter.run(sources=[big])["failures"][0]["reason"]
+        assert MarkdownKnowledgeConverter().run(sources=[tmp_path / "alias.md"])["documents"]
 
     def test_empty_input_gives_empty_output(self):
-        assert MarkdownKnowledgeLoader().run(sources=[]) == {"documents": [], "failures": []}
+        assert MarkdownKnowledgeConverter().run(sources=[]) == {"documents": [], "failures": []}
 
     def test_version_changes_with_content(self):
         a = parse_knowledge_file(b"# T\n\none", "a.md").meta["doc_version"]

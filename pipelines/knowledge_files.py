@@ -1,0 +1,83 @@
+"""The files of a knowledge folder as an index run finds them: every file, whatever its format, and what cannot be read.
+
+Which files are knowledge is the indexing pipeline's to say (its router hands each format to its converter); this
+module only walks the folder, so that the version bookkeeping knows nothing of markdown.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from haystack import logging
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class KnowledgeFiles:
+    """What a walk of a knowledge folder found."""
+
+    #: the usable files, by path, with their source (their path relative to the root, `/`-separated)
+    files: dict[Path, str] = field(default_factory=dict)
+    #: entries that cannot be read as files, and folders that cannot be listed (`source` ends with `/`), with why
+    unusable: list[dict[str, str]] = field(default_factory=list)
+
+
+def _unusable(path: Path, root: Path) -> str | None:
+    """Why an entry cannot be a knowledge file, or None."""
+    try:
+        target = path.resolve(strict=True)
+    except FileNotFoundError:
+        return "dangling symlink" if path.is_symlink() else "No such file or directory"
+    except (OSError, RuntimeError) as err:  # a symlink loop: ELOOP, or RuntimeError before Python 3.13
+        return f"unresolvable path ({getattr(err, 'strerror', None) or err})"
+    if not target.is_relative_to(root):
+        return "symlink leaves the knowledge root"
+    if target.is_dir():
+        return "is a directory"
+    if not target.is_file():
+        return "not a regular file"
+    return None
+
+
+def find_knowledge_files(root: Path) -> KnowledgeFiles:
+    """
+    Walk a knowledge folder: every file under it, and every entry that cannot be one.
+
+    Hidden files and folders (a name starting with `.`, such as `.git`) are left out. Links to folders are not
+    followed but reported (`is a directory`), as are dangling or looping links, links leaving the root and anything
+    that is not a regular file: never raised, so one bad entry cannot stop a run. A folder that cannot be listed is
+    reported too (`Path.rglob` would skip it silently, and its documents would look deleted).
+
+    :param root: The knowledge root (resolved).
+    :returns: The files and the unusable entries, each sorted by path.
+    """
+    found = KnowledgeFiles()
+    unreadable: list[dict[str, str]] = []
+
+    def note(err: OSError) -> None:
+        where = Path(err.filename or root)
+        relative = where.relative_to(root).as_posix() if where.is_relative_to(root) else str(where)
+        folder = "" if relative == "." else relative.rstrip("/") + "/"
+        reason = f"{err.strerror or err}: folder not read, its documents keep their version"
+        logger.warning("Cannot read knowledge folder {folder}: {error}", folder=folder, error=err.strerror or err)
+        unreadable.append({"source": folder, "reason": reason})
+
+    entries: list[Path] = []
+    for folder, folders, names in os.walk(root, onerror=note):
+        folders[:] = sorted(name for name in folders if not name.startswith("."))
+        base = Path(folder)
+        entries.extend(base / name for name in folders if (base / name).is_symlink())  # reported, never followed
+        entries.extend(base / name for name in names if not name.startswith("."))
+    found.unusable.extend(unreadable)
+    for path in sorted(entries):
+        source = path.relative_to(root).as_posix()
+        reason = _unusable(path, root)
+        if reason:
+            logger.warning("Skipping knowledge entry {source}: {reason}", source=source, reason=reason)
+            found.unusable.append({"source": source, "reason": reason})
+        else:
+            found.files[path] = source
+    return found
