@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
@@ -306,6 +306,23 @@ class FilteredRetryRetriever:
         attempt["top_score"] = round(max(similarity_of(d) for d in usable), 4) if usable else None
         return docs, attempt
 
+    def _model_mismatch(self, query_embedding: list[float] | QueryVector, embedding_meta: Mapping | None) -> str | None:
+        """Why the query's vector cannot be compared with the collection's (another model), in one line, or None."""
+        model = query_embedding.model if isinstance(query_embedding, QueryVector) else ""
+        model = model or str((embedding_meta or {}).get("model") or "")
+        try:
+            statistics = self.collection.statistics()
+        except Exception:  # an unreadable index file shows in the attempts
+            return None
+        indexed = statistics.embedding_model if statistics is not None else ""
+        if not model or not indexed or model == indexed:
+            return None
+        return (
+            f"the collection was indexed with the embedding model {indexed!r} and this query was embedded with "
+            f"{model!r}: their vectors cannot be compared; give pipelines.yaml's embedder the indexing pipeline's "
+            "model, or index again with this one"
+        )
+
     @component.output_types(candidates=list[Document], retrieval_trace=FrozenDict)
     def run(
         self,
@@ -313,6 +330,7 @@ class FilteredRetryRetriever:
         query: str | None = None,
         category_filter: str | None = None,
         top_k: int | None = None,
+        embedding_meta: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """
         Retrieve L1 candidates.
@@ -322,6 +340,9 @@ class FilteredRetryRetriever:
         :param query: The query text, for BM25.
         :param category_filter: The L0 category, or empty for none.
         :param top_k: Overrides the init `top_k` (how deep each attempt searches).
+        :param embedding_meta: The query embedder's `meta` (any Haystack text embedder's: its `model`), when the
+            query vector is a plain list: a query embedded with another model than the collection's is refused (an
+            attempt with that error, no candidates), never compared.
         :returns: `candidates` (a read-only sequence of Documents, every attempt's, in the order found: `score` =
             normalized similarity, and `similarity`, `raw_score`, `score_semantics`, `retrieval_path`, `attempt`,
             `evidence_key`, `usable` and the BM25 facts in meta; the pipeline hands it on without copying it) and
@@ -342,6 +363,10 @@ class FilteredRetryRetriever:
             "fallback_reason": None,
         }
         if not self.enabled or not query_embedding:
+            return {"candidates": FrozenList(), "retrieval_trace": FrozenDict(trace)}
+        mismatch = self._model_mismatch(query_embedding, embedding_meta)
+        if mismatch is not None:
+            trace["attempts"].append({"name": "unfiltered", "mode": self.mode, "error": mismatch})
             return {"candidates": FrozenList(), "retrieval_trace": FrozenDict(trace)}
         vector = as_list(query_embedding)
         trace["calibration"] = self._calibration()

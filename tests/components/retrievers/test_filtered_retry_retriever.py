@@ -13,6 +13,7 @@ import pytest
 from haystack.core.serialization import component_from_dict, component_to_dict
 
 from components.core.embedding_backends import get_backend
+from components.core.query_vector import QueryVector
 from components.core.scores import normalized_similarity
 from components.retrievers.filtered_retry_retriever import LOW_QUALITY, NO_EVIDENCE, FilteredRetryRetriever
 from components.store.knowledge_collection import KnowledgeCollection
@@ -134,6 +135,7 @@ class TestFilteredRetryRetriever:
             "query",
             "category_filter",
             "top_k",
+            "embedding_meta",
         ]
         assert list(retriever.__haystack_output__._sockets_dict) == ["candidates", "retrieval_trace"]
 
@@ -400,6 +402,24 @@ class TestFilteredRetryRetriever:
         assert out["retrieval_trace"]["l1_enabled"] is True
         assert out["retrieval_trace"]["selected_attempt"] is None
         assert not (tmp_path / "milvus.db").exists()
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("how", ["query_vector", "embedder_meta"])
+    def test_a_query_embedded_with_another_model_is_refused_not_compared(self, make_retriever, disk_vector, how):
+        retriever = make_retriever(mode="sdk")
+        if how == "query_vector":  # the offline embedder's vector names its model
+            out = retriever.run(query_embedding=QueryVector(tuple(disk_vector), "another-model"), query=DISK_QUESTION)
+        else:  # any Haystack text embedder's `meta` does
+            out = retriever.run(
+                query_embedding=disk_vector, query=DISK_QUESTION, embedding_meta={"model": "another-model"}
+            )
+        assert out["candidates"] == []
+        [attempt] = out["retrieval_trace"]["attempts"]
+        assert "'multilingual-e5-small'" in attempt["error"] and "'another-model'" in attempt["error"]
+        same = retriever.run(query_embedding=QueryVector(tuple(disk_vector), "multilingual-e5-small"), query="disk")
+        assert same["candidates"] and not same["retrieval_trace"]["attempts"][0]["error"]
+        unnamed = retriever.run(query_embedding=disk_vector, query="disk")  # a model nobody named: not checked
+        assert unnamed["candidates"]
 
     # --- provenance, paths and the store ---------------------------------------------------------------------
 
@@ -890,18 +910,22 @@ class TestFilteredRetryRetriever:
         self, make_retriever, disk_vector, monkeypatch
     ):
         retriever = make_retriever(lexical=True)
+        others = {t for t in threading.enumerate() if t.name.startswith("lexical-search")}  # other pipelines' threads
 
         def broken(*args, **kwargs):
             raise ConnectionError("BM25 is down")
+
+        def own() -> set[threading.Thread]:
+            return {t for t in threading.enumerate() if t.name.startswith("lexical-search")} - others
 
         monkeypatch.setattr(retriever.collection, "lexical_search", broken)
         out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)
         attempt = out["retrieval_trace"]["attempts"][0]
         assert attempt["error"] == "ConnectionError: BM25 is down" and attempt["candidate_count"] == 0
         assert out["candidates"] == []
-        assert [t for t in threading.enumerate() if t.name.startswith("lexical-search")]
+        assert own()
         monkeypatch.undo()
         retriever.close()
-        assert not [t for t in threading.enumerate() if t.name.startswith("lexical-search")]
+        assert not own()
         # closed is not broken: the next run starts its threads again
         assert retriever.run(query_embedding=disk_vector, query=DISK_QUESTION)["candidates"]
