@@ -15,9 +15,9 @@ One node per module, named after its class; the folders say what a node does, an
 A node imports `core/` and `store/` (and `trace/`'s store), never another node.
 """
 
-import os
+from components.core.environment import TELEMETRY
 
 # The one place the telemetry switch is set: Haystack reads it when it is first imported, and everything of this
 # project imports this package first. No network at run time (telemetry would try to phone home); an operator who
 # wants it sets HAYSTACK_TELEMETRY_ENABLED=True.
-os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+TELEMETRY.set_default("False")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from haystack import Pipeline
+from haystack.core.errors import DeserializationError
 
 from pipelines.pipeline_file import read_pipeline_file
 from pipelines.settings import ALLOWED_MODULES, Deployment
@@ -90,13 +91,19 @@ def load_pipeline_file(
     :param component_params: Per-component init parameter overrides.
     :returns: The pipeline (not yet warmed up).
     :raises FileNotFoundError: If the file does not exist.
-    :raises ValueError: If the file is not a pipeline mapping, or is refused by `check_pipeline_yaml` (too large, too
-        deep, an alias bomb, not YAML).
+    :raises ValueError: If the file is not a pipeline mapping, is refused by `check_pipeline_yaml` (too large, too
+        deep, an alias bomb, not YAML), or a component does not load from it (an unknown parameter, a class outside
+        the allowlist), in one line.
     """
     data = read_pipeline_file(path)
-    return Pipeline.from_dict(
-        apply_overrides(data, deployment, component_params), allowed_modules=list(ALLOWED_MODULES)
-    )
+    try:
+        return Pipeline.from_dict(
+            apply_overrides(data, deployment, component_params), allowed_modules=list(ALLOWED_MODULES)
+        )
+    except DeserializationError as err:  # e.g. a parameter the component does not take: one line, as bad input
+        cause = err.__cause__ or err
+        msg = f"{path} does not load: {' '.join(str(cause).split())[:400]}"
+        raise ValueError(msg) from err
 
 
 def find_node(pipeline: Pipeline, cls: type) -> str | None:

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from components.core.environment import DATA_DIR, MILVUS_URI, TRACE_DB_URL
 from components.core.errors import StoreUnavailableError
 
 __all__ = ["Deployment", "StoreUnavailableError", "lite_file_in", "start_store"]
 
-DATA_DIR_ENV = "LOOKUP_KNOWLEDGE_DATA_DIR"
-MILVUS_URI_ENV = "MILVUS_URI"
-TRACE_DB_URL_ENV = "TRACE_DB_URL"
+DATA_DIR_ENV = DATA_DIR.name
+MILVUS_URI_ENV = MILVUS_URI.name
+TRACE_DB_URL_ENV = TRACE_DB_URL.name
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: the shipped pipelines, package data (in a checkout, `lookup.yaml` is a link to the repository's `pipelines.yaml`)
@@ -100,13 +100,13 @@ class Deployment:
         :raises ValueError: If the data folder is an existing file, or a file the project writes there is a link out
             of it.
         """
-        folder = Path(data_dir or os.environ.get(DATA_DIR_ENV) or "data").resolve()
+        folder = Path(data_dir or DATA_DIR.read() or "data").resolve()
         if folder.exists() and not folder.is_dir():
             msg = f"data folder {folder} is a file, not a folder; point --data-dir (or {DATA_DIR_ENV}) at a folder"
             raise ValueError(msg)
         _refuse_links_out(folder)
-        uri = milvus_uri or os.environ.get(MILVUS_URI_ENV) or str(folder / "milvus.db")
-        trace = trace_db_url or os.environ.get(TRACE_DB_URL_ENV) or f"sqlite:///{folder / 'traces.db'}"
+        uri = milvus_uri or MILVUS_URI.read() or str(folder / "milvus.db")
+        trace = trace_db_url or TRACE_DB_URL.read() or f"sqlite:///{folder / 'traces.db'}"
         return cls(data_dir=folder, milvus_uri=uri, trace_db_url=trace)
 
     def overrides(self) -> dict[str, str]:

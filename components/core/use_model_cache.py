@@ -25,15 +25,15 @@ import base64
 import contextlib
 import hashlib
 import json
-import os
 import zipfile
 from array import array
 from pathlib import Path
 from typing import Any
 
 from components.core.atomic_file import write_atomically
+from components.core.environment import CACHE_DIR, XDG_CACHE_HOME
 
-CACHE_DIR_ENV = "LOOKUP_KNOWLEDGE_CACHE_DIR"
+CACHE_DIR_ENV = CACHE_DIR.name
 #: the package version whose tokenizer layout (attribute names and types) and backend constructor these caches know
 KNOWN_VERSION = "0.2.1"
 _FORMAT = 1
@@ -45,10 +45,10 @@ def cache_dir() -> Path | None:
 
     :returns: `LOOKUP_KNOWLEDGE_CACHE_DIR`, else the user's cache folder; None when the cache is turned off (`off`).
     """
-    configured = os.environ.get(CACHE_DIR_ENV)
+    configured = CACHE_DIR.read()
     if configured:
         return None if configured.lower() == "off" else Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = XDG_CACHE_HOME.read() or str(Path.home() / ".cache")
     return Path(base) / "lookup-knowledge"
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from haystack import default_from_dict, default_to_dict, logging
 from haystack.utils import Secret
 
+from components.core.environment import MILVUS_TOKEN
 from components.store.collection_base import (
     DENSE_PATHS,
     LEXICAL_SOURCES,
@@ -91,7 +92,7 @@ class KnowledgeCollection(CollectionReads, CollectionWrites):
         crosslingual_field: str | None = None,
         crosslingual_dimension: int | None = None,
         category_field: str | None = None,
-        token: Secret | None = Secret.from_env_var("MILVUS_TOKEN", strict=False),  # noqa: B008 - Haystack's idiom
+        token: Secret | None = Secret.from_env_var(MILVUS_TOKEN.name, strict=False),  # noqa: B008 - Haystack's idiom
         consistency_level: str = "Strong",
     ) -> None:
         """

@@ -38,12 +38,13 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from components.core.environment import LITE_LINGER, PYTHONPATH
 from components.core.errors import StoreUnavailableError
 
 # the host process imports no Haystack (it starts in a fraction of a second), so it logs with the standard library
 logger = stdlib_logging.getLogger(__name__)
 
-LINGER_ENV = "LOOKUP_KNOWLEDGE_LITE_LINGER_S"
+LINGER_ENV = LITE_LINGER.name
 DEFAULT_LINGER_S = 60.0
 #: how long a process waits for a host to open the data (a 100k-chunk folder takes seconds)
 DEFAULT_START_TIMEOUT_S = 300.0
@@ -77,7 +78,7 @@ def linger_seconds() -> float:
     :returns: How long a host outlives its last lease (`LOOKUP_KNOWLEDGE_LITE_LINGER_S`, default 60 s).
     :raises ValueError: If the variable is set to something other than a number of seconds >= 0.
     """
-    raw = os.environ.get(LINGER_ENV, "").strip()
+    raw = (LITE_LINGER.read() or "").strip()
     if not raw:
         return DEFAULT_LINGER_S
     try:
@@ -394,7 +395,7 @@ def _log_tail(paths: HostPaths, lines: int = 3) -> str:
 def _import_path() -> str:
     """The Python path that imports this project in the host as it is imported here (an editable or wheel install)."""
     root = str(Path(__file__).resolve().parents[2])
-    current = os.environ.get("PYTHONPATH", "")
+    current = PYTHONPATH.read() or ""
     return os.pathsep.join(p for p in (root, current) if p)
 
 

@@ -47,6 +47,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
+from components.core.environment import TRACE_DB_PASSWORD
 from components.trace import migrate
 from components.trace.bounded_worker import BoundedWorker, DeadlineExceeded
 from components.trace.safe_text import safe_json, safe_text
@@ -111,7 +112,7 @@ class ToolInvocation(SQLModel, table=True):
 
 
 #: the environment variable the trace components read the database password from (a Haystack `Secret`)
-PASSWORD_ENV = "TRACE_DB_PASSWORD"  # noqa: S105 - a variable name, not a password
+PASSWORD_ENV = TRACE_DB_PASSWORD.name
 
 
 #: query parameters that carry a secret: libpq's `password` and `sslpassword`, other drivers' `passwd`, `pwd`,

@@ -17,20 +17,20 @@ session one after another.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from components.core.environment import PIPELINE, TELEMETRY
 from hayhooks import BasePipelineWrapper
 from pipelines.service import KnowledgeService
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
 
 #: Another lookup pipeline YAML than the repository's `pipelines.yaml`.
-PIPELINE_ENV = "LOOKUP_KNOWLEDGE_PIPELINE"
+PIPELINE_ENV = PIPELINE.name
 
 
 def _telemetry_off() -> None:
     """Haystack was imported by hayhooks before `components` could set its switch: turn telemetry off here too."""
-    if os.environ.get("HAYSTACK_TELEMETRY_ENABLED", "").lower() not in ("true", "1"):
+    if (TELEMETRY.read() or "").lower() not in ("true", "1"):
         from haystack.telemetry import _telemetry
 
         _telemetry.telemetry = None
@@ -42,7 +42,7 @@ class PipelineWrapper(BasePipelineWrapper):
     def setup(self) -> None:
         """Load the lookup pipeline once (warmed up)."""
         _telemetry_off()
-        self.service = KnowledgeService.load(os.environ.get(PIPELINE_ENV) or DEFAULT_LOOKUP_PIPELINE)
+        self.service = KnowledgeService.load(PIPELINE.read() or DEFAULT_LOOKUP_PIPELINE)
         self.pipeline = self.service.pipeline
 
     def run_api(self, query: str, session_id: str | None = None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from pipelines.pipeline_file import read_pipeline_file
 from pipelines.settings import (
@@ -24,6 +24,23 @@ from pipelines.settings import (
     start_store,
 )
 from pipelines.startup import one_blas_thread, pause_collection, resume_collection
+
+
+def _add_set(parser: argparse.ArgumentParser, example: str) -> None:
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="COMPONENT.PARAM=VALUE",
+        help=f"override one parameter of the pipeline's YAML (repeatable), e.g. {example}",
+    )
+
+
+def _overrides(specs: list[str]) -> dict[str, dict[str, Any]] | None:
+    """`--set` values as `component_params` (parsed before anything is started, so a bad one costs nothing)."""
+    from pipelines.loading import component_params_from
+
+    return component_params_from(specs) or None
 
 
 def _print_index_summary(summary: dict, deployment: Deployment) -> None:
@@ -79,11 +96,14 @@ def cmd_index(args: argparse.Namespace) -> int:
     deployment = Deployment.resolve(args.data_dir)
     if args.pipeline:  # refused before anything is started or created for the data folder
         read_pipeline_file(args.pipeline)
+    overrides = _overrides(args.set)
     start_store(deployment.milvus_uri)
     from pipelines.indexing import KnowledgeIndexer
     from pipelines.settings import DEFAULT_INDEXING_PIPELINE
 
-    indexer = KnowledgeIndexer(deployment, pipeline_path=args.pipeline or DEFAULT_INDEXING_PIPELINE)
+    indexer = KnowledgeIndexer(
+        deployment, pipeline_path=args.pipeline or DEFAULT_INDEXING_PIPELINE, component_params=overrides
+    )
     try:
         summary = indexer.index(args.knowledge, rebuild=args.rebuild, progress=not args.quiet).as_dict()
     finally:
@@ -141,9 +161,12 @@ def cmd_ask(args: argparse.Namespace) -> int:
     _require_data_folder(deployment)
     if args.pipeline:  # refused before anything is started for the data folder
         read_pipeline_file(args.pipeline)
+    overrides = _overrides(args.set)
     start_store(deployment.milvus_uri)
     # a store or knowledge index that cannot be opened fails the lookup, which is then recorded (exit 1)
-    service = KnowledgeService.load(args.pipeline or DEFAULT_LOOKUP_PIPELINE, data_dir=args.data_dir, warm_up=False)
+    service = KnowledgeService.load(
+        args.pipeline or DEFAULT_LOOKUP_PIPELINE, data_dir=args.data_dir, component_params=overrides, warm_up=False
+    )
     result = service.lookup(args.query, session_id=args.session)
     if args.json:
         print(json.dumps(result, ensure_ascii=False, indent=1))
@@ -224,6 +247,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             pipeline_path=args.pipeline,
             allow_remote=args.allow_remote,
             allowed_hosts=args.allowed_host,
+            component_params=_overrides(args.set),
         )
     return 0
 
@@ -303,6 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--pipeline", default=None, help="indexing pipeline YAML (default: the shipped indexing.yaml)")
     index.add_argument("--json", action="store_true", help="print the summary as JSON")
     index.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_set(index, "chunker.max_chars=800")
     index.set_defaults(func=cmd_index)
 
     ask = sub.add_parser("ask", help="one lookup_knowledge call")
@@ -311,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--json", action="store_true", help="print exactly the LookupResult JSON")
     ask.add_argument("--data-dir", default=None)
     ask.add_argument("--pipeline", default=None, help="lookup pipeline YAML (default: the shipped pipelines.yaml)")
+    _add_set(ask, "packer.char_budget=2000")
     ask.set_defaults(func=cmd_ask)
 
     trace = sub.add_parser("trace", help="browse recorded tool_invocation rows")
@@ -351,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME[:PORT]",
         help="a Host header to serve besides loopback and --host (repeatable), e.g. kb.internal:8765",
     )
+    _add_set(serve_p, "gate.max_gap=0.03")
     serve_p.set_defaults(func=cmd_serve)
 
     export = sub.add_parser(
@@ -373,13 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="unanswerable queries (eval.jsonl format, no judgments), besides the dataset's own negatives.jsonl",
     )
-    evaluate.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="COMPONENT.PARAM=VALUE",
-        help="measure the pipeline with this override (repeatable), e.g. sidecar.enabled=true sidecar.retriever=dense",
-    )
+    _add_set(evaluate, "sidecar.enabled=true")
     evaluate.add_argument("--quiet", action="store_true", help="no progress bars")
     evaluate.set_defaults(func=cmd_eval)
 

@@ -40,6 +40,7 @@ from typing import Annotated, Any, Literal, Self
 
 import anyio
 from haystack import logging
+from haystack.utils import Secret
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
@@ -60,6 +61,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from components.core.environment import SERVER_TOKEN
 from pipelines.entrypoints.agent_tool import (
     TOOL_DESCRIPTION,
     TOOL_NAME,
@@ -95,7 +97,7 @@ logger = logging.getLogger(__name__)
 SERVER_NAME = "lookup-knowledge"
 HTTP_PATH = "/mcp"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-AUTH_ENV = "LOOKUP_KNOWLEDGE_TOKEN"
+AUTH_ENV = SERVER_TOKEN.name
 _LOOPBACK_HOST_HEADERS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
 #: deepest stdio message read again: the SDK's own JSON parser's limit (pydantic-core's 200 levels)
 STDIO_MAX_JSON_DEPTH = 200
@@ -421,6 +423,8 @@ def serve(
     pipeline_path: str | Path | None = None,
     allow_remote: bool = False,
     allowed_hosts: list[str] | None = None,
+    token: Secret | None = None,
+    component_params: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     """
     Load the lookup pipeline once and serve `lookup_knowledge` until the client disconnects (stdio) or the process
@@ -435,6 +439,9 @@ def serve(
     :param pipeline_path: The lookup pipeline YAML (default `pipelines.yaml`).
     :param allow_remote: Allow a non-loopback `host` (which then also needs `LOOKUP_KNOWLEDGE_TOKEN`).
     :param allowed_hosts: More Host header values to serve over HTTP (e.g. the name clients use).
+    :param token: The bearer token every HTTP request must send, a Haystack `Secret` (default: the
+        `LOOKUP_KNOWLEDGE_TOKEN` environment variable, when set; none: loopback only).
+    :param component_params: Init parameter overrides of the pipeline's components (`--set`).
     :raises ValueError: If `transport` is unknown, the pipeline file is not a pipeline, the bind is refused, or the
         HTTP token is one no request could send (`check_token`).
     :raises FileNotFoundError: If the pipeline file does not exist.
@@ -449,12 +456,13 @@ def serve(
     path = pipeline_path or DEFAULT_LOOKUP_PIPELINE
     if transport == "stdio":
         with _stdout_to_stderr():  # loading may start Milvus Lite; nothing it prints may reach the protocol stream
-            tool = lookup_knowledge_tool(path, data_dir=data_dir)
+            tool = lookup_knowledge_tool(path, data_dir=data_dir, component_params=component_params)
         serve_stdio(build_server(tool))
         return
-    token = check_token(os.environ.get(AUTH_ENV))  # both before loading anything
-    check_bind(host, allow_remote, token)
-    tool = lookup_knowledge_tool(path, data_dir=data_dir)
+    secret = token if token is not None else Secret.from_env_var(AUTH_ENV, strict=False)
+    bearer = check_token(secret.resolve_value())  # both before loading anything
+    check_bind(host, allow_remote, bearer)
+    tool = lookup_knowledge_tool(path, data_dir=data_dir, component_params=component_params)
     server = build_server(tool, log_level="INFO")
     logger.info(
         "Serving {tool} over streamable HTTP at http://{host}:{port}{path}, REST at /lookup, /retrieval (Dify), "
@@ -463,9 +471,9 @@ def serve(
         host=host,
         port=port,
         path=HTTP_PATH,
-        auth="required" if token else "off: loopback only",
+        auth="required" if bearer else "off: loopback only",
     )
     import uvicorn
 
-    app = http_app(server, host, token, allowed_hosts, service=tool.service)
+    app = http_app(server, host, bearer, allowed_hosts, service=tool.service)
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()

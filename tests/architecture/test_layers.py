@@ -104,3 +104,25 @@ class TestLayers:
             if name.startswith("components.") and not name.startswith("components.core")
         }
         assert offenders == {}
+
+    def test_the_environment_is_read_in_one_module(self):
+        """`components/core/environment.py` names every variable; nothing else reads or sets one."""
+
+        def reads(tree: ast.AST) -> list[str]:
+            found = []
+            for node in ast.walk(tree):
+                target = (
+                    node.func if isinstance(node, ast.Call) else node.value if isinstance(node, ast.Subscript) else None
+                )
+                text = ast.unparse(target) if target is not None else ""
+                if text in ("os.getenv", "os.environ.get", "os.environ.setdefault", "os.environ.pop", "os.environ"):
+                    found.append(text)
+            return found
+
+        offenders = {
+            _rel(path): found
+            for path in _modules("components", "pipelines", "hayhooks")
+            if _rel(path) != "components/core/environment.py"
+            and (found := reads(ast.parse(path.read_text(encoding="utf-8"))))
+        }
+        assert offenders == {}

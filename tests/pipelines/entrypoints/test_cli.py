@@ -75,6 +75,26 @@ class TestCli:
         assert main(["ask", "disk full", "--data-dir", str(tmp_path / "empty")]) == 1
         assert "Knowledge retrieval failed" in capsys.readouterr().err
 
+    def test_set_overrides_a_yaml_value_for_one_call_and_a_wrong_one_is_one_line(self, indexed, capsys):
+        _, data = indexed
+        args = ["ask", "disk full on a node", "--json", "--data-dir", str(data)]
+        assert main([*args, "--set", "packer.char_budget=300"]) == 0
+        assert json.loads(capsys.readouterr().out)["contextPack"]["charBudget"] == 300
+        assert main([*args, "--set", "packer.budget=300"]) == 2
+        [line] = capsys.readouterr().err.splitlines()
+        assert "unexpected keyword argument 'budget'" in line
+        assert main([*args, "--set", "nobody.top_k=3"]) == 2
+        assert "names 'nobody', which is not a component" in capsys.readouterr().err
+
+    def test_index_takes_set_too(self, tmp_path, tiny_kb, capsys):
+        data = tmp_path / "data"
+        assert main(["index", "--knowledge", str(tiny_kb), "--data-dir", str(data), "--quiet", "--json"]) == 0
+        default = json.loads(capsys.readouterr().out)["chunks"]
+        other = tmp_path / "other"
+        args = ["index", "--knowledge", str(tiny_kb), "--data-dir", str(other), "--quiet", "--json"]
+        assert main([*args, "--set", "chunker.max_chars=100", "--set", "chunker.overlap_chars=0"]) == 0
+        assert json.loads(capsys.readouterr().out)["chunks"] > default
+
     def test_session_flag_and_trace_browsing(self, indexed, capsys):
         _, data = indexed
         for _ in range(2):
