@@ -32,7 +32,7 @@ from components.store.knowledge_store import KnowledgeStore
 from components.store.lexical import Bm25ChunkIndex
 from components.store.schema import CROSSLINGUAL_META_KEY
 from components.store.vector_table import VectorTable
-from pipelines.knowledge_files import find_knowledge_files
+from pipelines.knowledge_files import DEFAULT_PARTIAL_FOLDERS, find_knowledge_files, is_partial
 from pipelines.loading import load_pipeline_file
 from pipelines.settings import ALLOWED_MODULES, DEFAULT_INDEXING_PIPELINE, Deployment, lite_file_in
 
@@ -64,6 +64,8 @@ class IndexSummary:
     seconds: float = 0.0
     failures: list[dict[str, str]] = field(default_factory=list)
     unsupported: list[dict[str, str]] = field(default_factory=list)  # files of a type no converter takes: source, type
+    not_indexed: list[dict[str, str]] = field(default_factory=list)  # read, but no text to index (a section page)
+    warnings: list[dict[str, str]] = field(default_factory=list)  # indexed, with something to fix (an include)
     cleanup_error: str | None = None
     bm25: str = ""  # BM25 inside Milvus: `milvus` (the collection has the full-text field) or `in-process` (none)
     bm25_index: str = ""  # the BM25 index file lookups search in-process (D55), in the index file's folder
@@ -96,6 +98,8 @@ class IndexSummary:
             "chars_per_second": round(self.chars_per_second, 1),
             "failures": self.failures,
             "unsupported": self.unsupported,
+            "not_indexed": self.not_indexed,
+            "warnings": self.warnings,
             "duplicate_ids": self.duplicate_ids,
             "cleanup_error": self.cleanup_error,
             "crosslingual": self.crosslingual,
@@ -322,12 +326,15 @@ class KnowledgeIndexer:
         self._entry = _entry(self.pipeline)
         self._writer, self.writer = _writer(self.pipeline)
         self._reporters = _outputs_named(self.pipeline, "failures")
+        self._skippers = _outputs_named(self.pipeline, "skipped")
+        self._warners = _outputs_named(self.pipeline, "warnings")
         self._embedder, self.embedder = self._embedders()
         self.files_per_batch = files_per_batch
         self.retire_after_s = retire_after_s
         self.max_file_bytes = max_file_bytes
         self._model: str | None = None
         self._query_embedder: Any = None
+        self._partials: list[dict[str, str]] = []
 
     @property
     def collection(self) -> KnowledgeStore:
@@ -427,7 +434,8 @@ class KnowledgeIndexer:
             }
         }
         try:
-            out = self.pipeline.run(inputs, include_outputs_from={*self._reporters, self._embedder})
+            reporting = {*self._reporters, *self._skippers, *self._warners, self._embedder}
+            out = self.pipeline.run(inputs, include_outputs_from=reporting)
         except Exception as err:  # e.g. the embedder failed: nothing of this batch was written
             reason = str(getattr(err, "__cause__", None) or err)
             if len(batch) > 1:  # find the file that failed it: the others are indexed
@@ -438,10 +446,13 @@ class KnowledgeIndexer:
             return []
         failed = [f for reporter in self._reporters for f in out.get(reporter, {}).get("failures", [])]
         summary.failures.extend(failed)
+        skipped = [f for name in self._skippers for f in out.get(name, {}).get("skipped", [])]
+        summary.not_indexed.extend(skipped)
+        summary.warnings.extend(w for name in self._warners for w in out.get(name, {}).get("warnings", []))
         summary.characters += (out.get(self._embedder, {}).get("meta") or {}).get("characters", 0)
         written = out.get(self._writer, {}).get("documents_written", [])
         summary.chunks += sum(d["chunks"] for d in written)
-        accounted = {d["source"] for d in written} | {f["source"] for f in failed}
+        accounted = {d["source"] for d in written} | {f["source"] for f in [*failed, *skipped]}
         for name in names:  # a converter that drops a file without a word (Haystack's log and skip)
             if name not in accounted:
                 summary.failures.append({"source": name, "reason": "the pipeline made no chunk of it"})
@@ -580,6 +591,7 @@ class KnowledgeIndexer:
             previous = KnowledgeIndex()  # the collection is gone: everything is indexed again
         self.writer.warm_up()
         old = previous.by_source()
+        self._partials = []
         sources, unusable, unsupported = self._discover(root)
         versions = self._versions(sources, unusable)
         files = [*sources, *(f["source"] for f in unusable if f["source"] and not f["source"].endswith("/"))]
@@ -589,7 +601,11 @@ class KnowledgeIndexer:
             if (entry := old.get(source)) is None or entry.doc_version != versions[source]
         ]
         summary = IndexSummary(
-            files=len(files), skipped=len(sources) - len(todo), failures=unusable, unsupported=unsupported
+            files=len(files),
+            skipped=len(sources) - len(todo),
+            failures=unusable,
+            unsupported=unsupported,
+            not_indexed=self._partials,
         )
         # a file or folder that could not be read keeps its documents' previous version
         unreadable = _kept_as_they_were(old, unusable)
@@ -605,7 +621,9 @@ class KnowledgeIndexer:
                 bar.update(len(batch))
                 bar.set_postfix(chunks=summary.chunks, failed=summary.failed)
         summary.indexed = len(fresh)
-        active = {src: doc for src, doc in old.items() if src in versions or src in unreadable}
+        emptied = {f["source"] for f in summary.not_indexed} & set(old) & set(versions)  # no text now: chunks go
+        summary.deleted += len(emptied)
+        active = {src: doc for src, doc in old.items() if (src in versions or src in unreadable) and src not in emptied}
         if rebuild is not None:  # what could not be read again keeps its version: carried into the new collection
             active.update(self._carry_over(rebuild, unusable, summary))
         active.update(fresh)
@@ -630,6 +648,11 @@ class KnowledgeIndexer:
         files of a type no converter takes (with their type).
         """
         found = find_knowledge_files(root)
+        partials = (self.pipeline.metadata or {}).get("partial_folders", DEFAULT_PARTIAL_FOLDERS)
+        for path, source in list(found.files.items()):
+            if is_partial(source, partials):  # read by the pages that include it, never a page of its own
+                self._partials.append({"source": source, "reason": "a partial: pages include it, it is no page"})
+                del found.files[path]
         taken, left = self._supported(list(found.files))
         unsupported = [{"source": found.files[p], "type": _type_of(p)} for p in left]
         entries = [Path(root, f["source"]) for f in found.unusable if not f["source"].endswith("/") and f["source"]]

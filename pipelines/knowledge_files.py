@@ -42,6 +42,26 @@ def _unusable(path: Path, root: Path) -> str | None:
     return None
 
 
+#: folders of partials: text that pages include, not pages (hugoDocs' `_common`, Jekyll's `_includes`)
+DEFAULT_PARTIAL_FOLDERS = ["_common", "_includes", "_partials", "partials"]
+
+
+def is_partial(source: str, partial_folders: list[str]) -> bool:
+    """
+    Whether a file is a partial: under one of the partial folders, or named `_name.ext` as Docusaurus names its
+    partials (Hugo's `_index.md` section pages are pages).
+
+    :param source: The file's path relative to the knowledge root, `/`-separated.
+    :param partial_folders: Folder names whose files are partials.
+    :returns: True for a partial.
+    """
+    parts = source.split("/")
+    name = parts[-1]
+    return any(folder in partial_folders for folder in parts[:-1]) or (
+        name.startswith("_") and not name.startswith("_index.")
+    )
+
+
 def find_knowledge_files(root: Path) -> KnowledgeFiles:
     """
     Walk a knowledge folder: every file under it, and every entry that cannot be one.

@@ -4,15 +4,17 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 from haystack import Document, component, logging
 from haystack.dataclasses import ByteStream
 
 from components.core.file_version import file_version
+from components.core.frontmatter import FrontmatterError, split_frontmatter
 
 logger = logging.getLogger(__name__)
 
 _FIRST_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
+_FENCED = re.compile(r"^\s*(```|~~~).*?(?:^\s*\1|\Z)", re.DOTALL | re.MULTILINE)
 _KNOWN_KEYS = ("id", "title", "category", "domain", "keywords", "entities")
 
 
@@ -26,56 +28,6 @@ class KnowledgeFileError(ValueError):
     """A knowledge file that cannot be loaded; the message names the reason."""
 
 
-def _split_frontmatter(
-    text: str, max_bytes: int = MAX_FRONTMATTER_BYTES, max_aliases: int = MAX_FRONTMATTER_ALIASES
-) -> tuple[dict[str, Any], str]:
-    if not text.startswith("---"):
-        return {}, text
-    lines = text.split("\n")
-    if lines[0].strip() != "---":
-        return {}, text
-    end = next((i for i, line in enumerate(lines[1:], start=1) if line.strip() in ("---", "...")), None)
-    if end is None:
-        raise KnowledgeFileError("frontmatter starts with '---' but has no closing '---' line")
-    raw = "\n".join(lines[1:end])
-    if len(raw.encode("utf-8")) > max_bytes:
-        raise KnowledgeFileError(f"frontmatter is over the {max_bytes}-byte cap (max_frontmatter_bytes)")
-    try:
-        # counted on the event stream, before anything is built: a few aliases can expand to gigabytes
-        aliases = sum(isinstance(event, yaml.AliasEvent) for event in yaml.parse(raw, Loader=yaml.SafeLoader))
-        if aliases > max_aliases:
-            msg = f"frontmatter uses {aliases} YAML aliases, over the cap of {max_aliases} (max_frontmatter_aliases)"
-            raise KnowledgeFileError(msg)
-        front = yaml.safe_load(raw)
-    except yaml.YAMLError as err:
-        reason = str(err).replace("\n", " ")
-        raise KnowledgeFileError(f"frontmatter is not valid YAML: {reason}") from err
-    if front is None:
-        front = {}
-    if not isinstance(front, dict):
-        raise KnowledgeFileError(f"frontmatter must be a YAML mapping, got {type(front).__name__}")
-    return _string_keys(front), "\n".join(lines[end + 1 :])
-
-
-def _string_keys(value: Any) -> Any:
-    """
-    The frontmatter with every mapping key a string: YAML allows `1:` or `2024-01-01:` as keys, metadata does not.
-
-    :raises KnowledgeFileError: If two keys of one mapping become the same string (`1:` and `"1":`).
-    """
-    if isinstance(value, list):
-        return [_string_keys(item) for item in value]
-    if not isinstance(value, dict):
-        return value
-    keys: dict[str, Any] = {}
-    for key, item in value.items():
-        name = str(key)
-        if name in keys:
-            raise KnowledgeFileError(f"frontmatter has the key {name!r} twice (as {key!r} and another spelling)")
-        keys[name] = _string_keys(item)
-    return keys
-
-
 def _string_list(value: Any, field: str) -> list[str]:
     if value is None:
         return []
@@ -84,6 +36,13 @@ def _string_list(value: Any, field: str) -> list[str]:
     if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
         return [str(v).strip() for v in value if str(v).strip()]
     raise KnowledgeFileError(f"frontmatter field '{field}' must be a list of strings")
+
+
+def _first_heading(body: str) -> str:
+    """The first markdown heading outside code blocks and comments ('' for none)."""
+    visible = _FENCED.sub("", _COMMENT.sub("", body))
+    heading = _FIRST_HEADING.search(visible)
+    return heading.group(1) if heading else ""
 
 
 def parse_knowledge_file(
@@ -99,10 +58,11 @@ def parse_knowledge_file(
     :param source: The path relative to the knowledge root, used as `source` and as the default `doc_id`.
     :param max_frontmatter_bytes: Largest frontmatter accepted.
     :param max_frontmatter_aliases: Most YAML aliases accepted in the frontmatter.
-    :returns: A Document with `doc_id`, `source`, `title`, `category`, `keywords`, `entities`, `doc_version`
-        and any other frontmatter keys in its meta.
+    :returns: A Document with `doc_id`, `source`, `title`, `category`, `keywords`, `entities`, `doc_version`,
+        `markup` (`markdown`), `line_map` (where the body's lines are in the file) and any other frontmatter keys in
+        its meta. A page of front matter only has an empty content: `KnowledgeMetadata` makes it its description.
     :raises KnowledgeFileError: If the file is empty, binary, not UTF-8, its frontmatter is malformed or over a
-        cap, or its body is empty.
+        cap, or it has neither a body nor a front block.
     """
     if not data.strip():
         raise KnowledgeFileError("the file is empty")
@@ -113,14 +73,18 @@ def parse_knowledge_file(
     except UnicodeDecodeError as err:
         raise KnowledgeFileError(f"not valid UTF-8 (byte {err.start})") from err
     text = text.replace("\r\n", "\n")
-    front, body = _split_frontmatter(text, max_frontmatter_bytes, max_frontmatter_aliases)
-    if not body.strip():
+    try:
+        front, body, front_lines = split_frontmatter(text, max_frontmatter_bytes, max_frontmatter_aliases)
+    except FrontmatterError as err:
+        raise KnowledgeFileError(str(err)) from err
+    if not body.strip() and not front:
         raise KnowledgeFileError("the markdown body is empty")
-    heading = _FIRST_HEADING.search(body)
-    title = str(front.get("title") or (heading.group(1) if heading else Path(source).stem)).strip()
+    title = str(front.get("title") or _first_heading(body) or Path(source).stem).strip()
     category = front.get("category", front.get("domain"))
+    if isinstance(category, list):  # `category: [a, b]`: the first
+        category = next((c for c in category if isinstance(c, str | int)), None)
     if category is not None and not isinstance(category, str | int):
-        raise KnowledgeFileError("frontmatter field 'category' must be a string")
+        raise KnowledgeFileError("frontmatter field 'category' must be a string or a list of strings")
     meta: dict[str, Any] = {k: v for k, v in front.items() if k not in _KNOWN_KEYS}
     meta.update(
         doc_id=str(front.get("id") or source),
@@ -130,8 +94,127 @@ def parse_knowledge_file(
         keywords=_string_list(front.get("keywords"), "keywords"),
         entities=_string_list(front.get("entities"), "entities"),
         doc_version=file_version(data),
+        markup="markdown",
+        line_map=[[0, front_lines + 1, 1]],
     )
     return Document(content=body, meta=meta)
+
+
+#: Hugo's `include`/`readfile` shortcodes and Jekyll's `include`/`include_relative` tags, with the path they name
+_INCLUDE = re.compile(
+    r"\{\{[<%]-?\s*(?:include|readfile)\s+(?:file\s*=\s*)?[\"'`]?(?P<hugo>[^\"'`\s>%]+)[\"'`]?[^}]*?-?[>%]\}\}"
+    r"|\{%-?\s*(?P<kind>include_relative|include)\s+[\"']?(?P<jekyll>[^\"'\s%]+)[\"']?[^%]*?-?%\}"
+)
+_FENCE_LINE = re.compile(r"^\s*(```|~~~)")
+#: how deep included files may include others
+MAX_INCLUDE_DEPTH = 3
+
+
+def _include_candidates(target: str, kind: str, source: str, root: Path) -> list[Path]:
+    """Where an include's target may lie: Hugo's resolve against the content root, Jekyll's against `_includes/`."""
+    here = (root / source).parent
+    if kind == "include_relative":
+        return [here / target]
+    if kind == "include":  # the site's `_includes`: the site root is the page's folder or one above it
+        folders = [here, *here.parents]
+        sites = [f for f in folders if f == root or f.is_relative_to(root)]
+        return [f / "_includes" / target for f in sites] + [root / target.lstrip("/")]
+    if target.startswith("/"):
+        return [root / target.lstrip("/")]
+    return [here / target, root / target]
+
+
+class _Includes:
+    """Resolves the include shortcodes of one page against the knowledge root; what it cannot resolve, it notes."""
+
+    def __init__(self, root: Path | None, source: str, max_bytes: int, caps: tuple[int, int]) -> None:
+        self.root = root
+        self.source = source
+        self.max_bytes = max_bytes
+        self.caps = caps
+        self.unresolved: list[str] = []
+        self.included: list[str] = []
+
+    def _read(self, match: re.Match[str], source: str, depth: int, seen: tuple[str, ...]) -> str | None:
+        target = match.group("hugo") or match.group("jekyll") or ""
+        kind = match.group("kind") or ""
+        if self.root is None:
+            self.unresolved.append(f"{target} (no knowledge root to resolve it against)")
+            return None
+        root = self.root
+        for candidate in _include_candidates(target, kind, source, root):
+            try:
+                path = candidate.resolve(strict=True)
+            except (OSError, RuntimeError):
+                continue
+            if not path.is_relative_to(root) or not path.is_file():
+                continue
+            name = path.relative_to(root).as_posix()
+            if name in seen or depth >= MAX_INCLUDE_DEPTH:
+                self.unresolved.append(f"{target} (included from itself or over {MAX_INCLUDE_DEPTH} levels deep)")
+                return None
+            try:
+                if path.stat().st_size > self.max_bytes:
+                    self.unresolved.append(f"{target} (over the {self.max_bytes}-byte cap)")
+                    return None
+                text = path.read_bytes().decode("utf-8-sig").replace("\r\n", "\n")
+                _, body, _ = split_frontmatter(text, *self.caps)
+            except (OSError, UnicodeDecodeError, FrontmatterError) as err:
+                self.unresolved.append(f"{target} ({getattr(err, 'strerror', None) or err})")
+                return None
+            self.included.append(name)
+            return self.expand(body, name, depth + 1, (*seen, name))[0].strip("\n")
+        self.unresolved.append(f"{target} (not found under the knowledge root)")
+        return None
+
+    def expand(
+        self, body: str, source: str, depth: int = 0, seen: tuple[str, ...] = ()
+    ) -> tuple[str, list[tuple[int, int]]]:
+        """
+        The body with every resolvable include replaced by the included file's body (an unresolvable one stays for
+        the markup cleaner to drop), and, per output line, the body line it came from and whether it is the page's own.
+
+        :returns: The text and `[(body_line, own)]` with `own` 1 for the page's lines and 0 for included ones.
+        """
+        out: list[str] = []
+        origin: list[tuple[int, int]] = []
+        fence = ""
+        for number, line in enumerate(body.split("\n")):
+            fence_match = _FENCE_LINE.match(line)
+            if fence:
+                fence = "" if fence_match and fence_match.group(1) == fence else fence
+            elif fence_match:
+                fence = fence_match.group(1)
+            elif "{" in line and _INCLUDE.search(line):
+                pieces = self._expand_line(line, source, depth, seen or (self.source,))
+                out.extend(pieces)
+                origin.extend((number, 0) for _ in pieces)
+                continue
+            out.append(line)
+            origin.append((number, 1))
+        return "\n".join(out), origin
+
+    def _expand_line(self, line: str, source: str, depth: int, seen: tuple[str, ...]) -> list[str]:
+        text = ""
+        position = 0
+        for match in _INCLUDE.finditer(line):
+            included = self._read(match, source, depth, seen)
+            text += line[position : match.start()] + (match.group(0) if included is None else f"\n{included}\n")
+            position = match.end()
+        return (text + line[position:]).split("\n")
+
+
+def _line_map(origin: list[tuple[int, int]], first_line: int) -> list[list[int]]:
+    """Compress per-line origins into segments `[output_line, file_line, step]` (step 0: every line maps to one)."""
+    segments: list[list[int]] = []
+    for index, (line, own) in enumerate(origin):
+        file_line = first_line + line
+        if segments:
+            start, start_line, step = segments[-1]
+            if step == own and start_line + step * (index - start) == file_line:
+                continue
+        segments.append([index, file_line, own])
+    return segments
 
 
 @component
@@ -139,8 +222,12 @@ class MarkdownKnowledgeConverter:
     """
     Converts markdown knowledge files with frontmatter into Haystack Documents, one per file.
 
-    The content is the markdown body; the YAML frontmatter becomes the metadata: `id` (default: the file's source),
-    `title` (default: the first heading), `category` (alias `domain`), `keywords`, `entities`, and any other key as is.
+    The content is the markdown body; the front matter (YAML `---`, TOML `+++` as Hugo writes it, or JSON) becomes the
+    metadata: `id` (default: the file's source), `title` (default: the first heading outside code and comments),
+    `category` (alias `domain`), `keywords`, `entities`, and any other key as is. Hugo's `include`/`readfile` shortcodes
+    and Jekyll's `include`/`include_relative` tags are replaced by the body of the file they name when it lies under
+    the knowledge root (an include the converter cannot resolve stays, and is reported in `warnings`). `line_map`
+    says which line of the file each line of the content is, for the chunks' line ranges.
     Each file's `source` (its path relative to the knowledge root) and `doc_version` come with its `meta` (the indexer
     gives both; without them the source is the file name and the version the hash of the bytes). A file that cannot
     be read or parsed does not stop the run: it is reported in `failures` with its source and the reason.
@@ -200,9 +287,25 @@ class MarkdownKnowledgeConverter:
         document = parse_knowledge_file(data, name, self.max_frontmatter_bytes, self.max_frontmatter_aliases)
         if meta.get("doc_version"):
             document.meta["doc_version"] = str(meta["doc_version"])
-        return document
+        return self._with_includes(document, _root_of(source, name))
 
-    @component.output_types(documents=list[Document], failures=list[dict[str, str]])
+    def _with_includes(self, document: Document, root: Path | None) -> Document:
+        """The document with its include shortcodes resolved; `unresolved_includes` names those that were not."""
+        body = document.content or ""
+        if "{" not in body or not _INCLUDE.search(body):
+            return document
+        caps = (self.max_frontmatter_bytes, self.max_frontmatter_aliases)
+        includes = _Includes(root, str(document.meta["source"]), self.max_file_bytes, caps)
+        text, origin = includes.expand(body, str(document.meta["source"]))
+        meta = dict(document.meta)
+        meta["line_map"] = _line_map(origin, int(meta["line_map"][0][1]))
+        if includes.included:
+            meta["included_files"] = sorted(set(includes.included))
+        if includes.unresolved:
+            meta["unresolved_includes"] = includes.unresolved
+        return Document(content=text, meta=meta)
+
+    @component.output_types(documents=list[Document], failures=list[dict[str, str]], warnings=list[dict[str, str]])
     def run(
         self, sources: list[str | Path | ByteStream], meta: dict[str, Any] | list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
@@ -213,7 +316,7 @@ class MarkdownKnowledgeConverter:
         :param meta: Metadata for every source (one dict), or one dict per source: `source` (the path relative to the
             knowledge root) and `doc_version` are used as such.
         :returns: `documents`: one Document per converted file; `failures`: `{"source", "reason"}` per file that
-            could not be converted.
+            could not be converted; `warnings`: `{"source", "reason"}` per include shortcode that was left unresolved.
         :raises ValueError: If `meta` is a list of another length than `sources`.
         """
         metas = meta if isinstance(meta, list) else [dict(meta or {})] * len(sources)
@@ -223,14 +326,36 @@ class MarkdownKnowledgeConverter:
         documents: list[Document] = []
         failures: list[dict[str, str]] = []
         for source, source_meta in zip(sources, metas, strict=True):
+            name = str(source_meta.get("source") or _name_of(source))
             try:
                 documents.append(self._convert(source, source_meta))
             except (OSError, KnowledgeFileError) as err:
-                name = str(source_meta.get("source") or _name_of(source))
                 reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
                 logger.warning("Skipping knowledge file {source}: {reason}", source=name, reason=reason)
                 failures.append({"source": name, "reason": reason})
-        return {"documents": documents, "failures": failures}
+        warnings = [
+            {"source": str(doc.meta["source"]), "reason": f"include not resolved: {target}"}
+            for doc in documents
+            for target in doc.meta.get("unresolved_includes", [])
+        ]
+        for warning in warnings:
+            logger.warning("{source}: {reason}", source=warning["source"], reason=warning["reason"])
+        return {"documents": documents, "failures": failures, "warnings": warnings}
+
+
+def _root_of(source: str | Path | ByteStream, name: str) -> Path | None:
+    """
+    The knowledge root a file lies under: its path (a router's `ByteStream` carries it as `file_path`) without its
+    source; None for bytes from nowhere or a path that does not end with the source.
+    """
+    where = source.meta.get("file_path") if isinstance(source, ByteStream) else source
+    if not where:
+        return None
+    path = Path(str(where)).resolve()
+    parts = Path(name).parts
+    if not parts or path.parts[-len(parts) :] != parts:
+        return None
+    return Path(*path.parts[: -len(parts)])
 
 
 def _name_of(source: str | Path | ByteStream) -> str:

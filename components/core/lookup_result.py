@@ -22,6 +22,12 @@ class EvidenceBlock(_Contract):
     doc_id: str
     title: str = ""
     breadcrumb: str = ""
+    #: where in the file the chunk is, for a citation: `lines 12-30` (a text format), `page 3` or `pages 3-4` (a PDF);
+    #: '' when the converter gives no position (HTML, Word: the breadcrumb says where)
+    location: str = ""
+    #: the same as numbers: first and last line in the file, or first and last page
+    lines: list[int] | None = None
+    pages: list[int] | None = None
     category: str = ""
     retrieval_layer: Literal["L1", "L0+L1"]
     content: str

@@ -5,6 +5,7 @@ from typing import Any
 from haystack import Document, component
 
 from components.core.frozen import Documents, FrozenDict, FrozenList
+from components.core.location import location_of
 
 STRATEGY = "rank_order_truncate_content"
 _ELLIPSIS = " …"
@@ -12,7 +13,8 @@ _ELLIPSIS = " …"
 
 def _header(position: int, doc: Document) -> str:
     meta = doc.meta
-    parts = [f"[{position}] source: {meta.get('source', '')}"]
+    where = location_of(meta)
+    parts = [f"[{position}] source: {meta.get('source', '')}" + (f" ({where})" if where else "")]
     if meta.get("title"):
         parts.append(f"title: {meta['title']}")
     if meta.get("breadcrumb"):
@@ -27,10 +29,10 @@ class ContextPacker:
     """
     Packs the final evidence blocks into one compact text for the agent, within a character budget.
 
-    Blocks are packed in rank order, each as a header (source, title, breadcrumb, hit reasons) followed by its
-    content. Only content is ever truncated: when the budget runs short a block's content is cut (marked with
-    `…`) as long as at least `min_content_chars` of it fit; otherwise the block is omitted whole. The summary
-    lists included and omitted sources.
+    Blocks are packed in rank order, each as a header (source with its lines or pages, title, breadcrumb, hit reasons)
+    followed by its content. Only content is ever truncated: when the budget runs short a block's content is cut
+    (marked with `…`) as long as at least `min_content_chars` of it fit; otherwise the block is omitted whole. The
+    summary lists included and omitted sources.
 
     ### Usage example
 

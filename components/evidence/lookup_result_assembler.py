@@ -5,6 +5,7 @@ from typing import Any, Literal
 from haystack import Document, component
 
 from components.core.frozen import Documents, FrozenDict, FrozenList, Record
+from components.core.location import lines_of, location_of, pages_of
 from components.core.lookup_result import EvidenceBlock, LookupResult
 from components.core.scores import boost_reasons, document_key, similarity_of
 
@@ -48,6 +49,9 @@ def _block(doc: Document, ceiling: float | None) -> EvidenceBlock:
         doc_id=document_key(meta, doc.id),
         title=str(meta.get("title") or ""),
         breadcrumb=str(meta.get("breadcrumb") or ""),
+        location=location_of(meta),
+        lines=lines_of(meta),
+        pages=pages_of(meta),
         category=str(meta.get("category") or ""),
         retrieval_layer=_layer(doc),
         content=doc.content or "",

@@ -30,41 +30,57 @@ def chunk_id(source: str, chunk_index: int, doc_version: str) -> str:
 @dataclass
 class _Unit:
     text: str
-    kind: str  # "block" (paragraph or list), "sentence" (continues the previous unit), or "code"
+    kind: str  # "block" (paragraph or list), "sentence" (continues the previous unit), "code" or "table"
+    first: int = 0  # the lines of the document it spans (0-based)
+    last: int = 0
 
 
 @dataclass
 class _Section:
     path: list[str]
-    blocks: list[tuple[str, bool]] = field(default_factory=list)  # (text, is_code)
+    blocks: list[_Unit] = field(default_factory=list)
 
 
-def _split_sections(body: str) -> list[_Section]:
+_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
+
+
+def _is_table(lines: list[str]) -> bool:
+    """A markdown table: a header row, a rule of dashes, rows; every line with a `|`."""
+    return len(lines) >= 2 and "|" in lines[0] and bool(_TABLE_RULE.match(lines[1])) and all("|" in x for x in lines)
+
+
+def _split_sections(body: str, headings: bool = True) -> list[_Section]:
+    """
+    The document's heading sections and their blocks, each block with its line span. `headings=False` (plain text):
+    one section, no line is a heading or a fence. A form feed (a PDF's page break) ends a paragraph.
+    """
     sections = [_Section(path=[])]
     stack: list[tuple[int, str]] = []
     paragraph: list[str] = []
+    start = 0
     code: list[str] | None = None
     fence = ""
 
     def flush_paragraph() -> None:
         text = "\n".join(paragraph).strip()
         if text:
-            sections[-1].blocks.append((text, False))
+            kind = "table" if _is_table(paragraph) else "block"
+            sections[-1].blocks.append(_Unit(text, kind, start, start + len(paragraph) - 1))
         paragraph.clear()
 
-    for line in body.split("\n"):
-        fence_match = _FENCE.match(line)
+    for number, line in enumerate(body.split("\n")):
+        fence_match = _FENCE.match(line) if headings else None
         if code is not None:
             code.append(line)
             if fence_match and fence_match.group(1) == fence:
-                sections[-1].blocks.append(("\n".join(code), True))
+                sections[-1].blocks.append(_Unit("\n".join(code), "code", number - len(code) + 1, number))
                 code = None
             continue
         if fence_match:
             flush_paragraph()
             code, fence = [line], fence_match.group(1)
             continue
-        heading = _HEADING.match(line)
+        heading = _HEADING.match(line) if headings else None
         if heading:
             flush_paragraph()
             level = len(heading.group(1))
@@ -72,14 +88,23 @@ def _split_sections(body: str) -> list[_Section]:
                 stack.pop()
             stack.append((level, heading.group(2).strip()))
             sections.append(_Section(path=[h for _, h in stack]))
-        elif line.strip():
+        elif line.strip() and line != "\f":
+            if not paragraph:
+                start = number
             paragraph.append(line)
         else:
             flush_paragraph()
     flush_paragraph()
     if code is not None:  # an unclosed fence still stays one block
-        sections[-1].blocks.append(("\n".join(code), True))
+        last = body.count("\n")
+        sections[-1].blocks.append(_Unit("\n".join(code), "code", last - len(code) + 1, last))
     return [s for s in sections if s.blocks]
+
+
+def _file_line(line_map: list[list[int]], line: int) -> int:
+    """A document line's line in the file, by the converter's map `[[document_line, file_line, step], ...]`."""
+    segment = max((s for s in line_map if s[0] <= line), key=lambda s: s[0], default=[0, 1, 1])
+    return int(segment[1]) + int(segment[2]) * (line - int(segment[0]))
 
 
 @component
@@ -144,41 +169,62 @@ class HeadingChunker:
                 pieces.append(rest)
         return pieces
 
+    def _table_parts(self, table: _Unit) -> list[_Unit]:
+        """A table over the bound in parts of whole rows, each part repeating the header and its rule."""
+        lines = table.text.split("\n")
+        head, rows = lines[:2], lines[2:]
+        head_size = self._size("\n".join(head))
+        parts: list[_Unit] = []
+        current: list[str] = []
+        first = table.first + 2
+        for offset, row in enumerate(rows):
+            if current and head_size + self._size("\n".join([*current, row])) + 1 > self.max_chars:
+                parts.append(_Unit("\n".join([*head, *current]), "table", first, table.first + 1 + offset))
+                current, first = [], table.first + 2 + offset
+            current.append(row)
+        if current or not parts:
+            parts.append(_Unit("\n".join([*head, *current]), "table", first, table.last))
+        return parts
+
     def _units(self, section: _Section) -> list[_Unit]:
         units: list[_Unit] = []
-        for text, is_code in section.blocks:
-            if is_code:
-                units.append(_Unit(text, "code"))
-            elif self._size(text) <= self.max_chars:
-                units.append(_Unit(text, "block"))
+        for block in section.blocks:
+            if block.kind == "code" or self._size(block.text) <= self.max_chars:
+                units.append(block)
+            elif block.kind == "table":
+                units.extend(self._table_parts(block))
             else:
-                sentences = self._sentences(text)
-                units.append(_Unit(sentences[0], "block"))
-                units.extend(_Unit(sentence, "sentence") for sentence in sentences[1:])
+                offset = 0
+                for index, sentence in enumerate(self._sentences(block.text)):
+                    first = block.first + block.text.count("\n", 0, offset)
+                    offset += len(sentence)
+                    last = block.first + block.text.count("\n", 0, offset)
+                    units.append(_Unit(sentence, "block" if index == 0 else "sentence", first, last))
         return units
 
     def _overlap(self, units: list[_Unit]) -> list[_Unit]:
         tail: list[_Unit] = []
         budget = self.overlap_chars
         for unit in reversed(units):
-            if unit.kind == "code":
+            if unit.kind in ("code", "table"):
                 break
             for sentence in reversed(self._sentences(unit.text)):
                 if self._size(sentence) > budget:
                     return tail
-                tail.insert(0, _Unit(sentence, "sentence"))
+                tail.insert(0, _Unit(sentence, "sentence", unit.last, unit.last))
                 budget -= self._size(sentence)
             if unit.kind == "block":  # overlap never reaches past the paragraph it started in
                 break
         return tail
 
     @staticmethod
-    def _join(units: list[_Unit]) -> str:
+    def _join(units: list[_Unit]) -> _Unit:
         parts = [units[0].text] + [("" if u.kind == "sentence" else "\n\n") + u.text for u in units[1:]]
-        return "".join(parts).strip()
+        placed = [u for u in units if u.first >= 0] or units  # the description lead has no line of its own
+        return _Unit("".join(parts).strip(), "block", min(u.first for u in placed), max(u.last for u in placed))
 
-    def _pack(self, section: _Section) -> list[str]:
-        chunks: list[str] = []
+    def _pack(self, section: _Section) -> list[_Unit]:
+        chunks: list[_Unit] = []
         current: list[_Unit] = []
         size = 0
         fresh = 0  # units in `current` that are not overlap
@@ -198,22 +244,52 @@ class HeadingChunker:
             chunks.append(self._join(current))
         return chunks
 
+    @staticmethod
+    def _with_description(sections: list[_Section], description: str, content: str) -> list[_Section]:
+        """The page's description as its lead paragraph, unless the text already says it."""
+        if not description or " ".join(description.split()) in " ".join(content.split()):
+            return sections
+        lead = _Unit(description, "block", -1, -1)
+        if sections and not sections[0].path:
+            return [_Section(path=[], blocks=[lead, *sections[0].blocks]), *sections[1:]]
+        return [_Section(path=[], blocks=[lead]), *sections]
+
+    @staticmethod
+    def _location(meta: dict[str, Any], chunk: _Unit, pages: list[int] | None) -> dict[str, int]:
+        """Where a chunk is: its pages (a paged document), or its lines in the file (a text format)."""
+        if pages is not None:
+            return {"page_start": pages[max(chunk.first, 0)], "page_end": pages[max(chunk.last, 0)]}
+        line_map = meta.get("line_map", [[0, 1, 1]] if meta.get("markup") == "text" else None)
+        if not line_map or chunk.first < 0:
+            return {}
+        return {"line_start": _file_line(line_map, chunk.first), "line_end": _file_line(line_map, chunk.last)}
+
     def _chunk_document(self, document: Document) -> list[Document]:
-        meta = document.meta
+        meta = {k: v for k, v in document.meta.items() if k != "line_map"}
         title = str(meta.get("title") or "")
         source = str(meta.get("source") or document.id)
         version = str(meta.get("doc_version") or "")
-        pieces: list[tuple[str, str]] = []
-        for section in _split_sections(document.content or ""):
+        content = document.content or ""
+        pages: list[int] | None = None
+        if "\f" in content:  # a paged document (PDF): every line knows its page
+            content = content.replace("\f", "\n\f\n")
+            pages, page = [], 1
+            for line in content.split("\n"):
+                page += line == "\f"
+                pages.append(page)
+        sections = _split_sections(content, headings=meta.get("markup", "markdown") != "text")
+        sections = self._with_description(sections, str(meta.get("description") or ""), content)
+        pieces: list[tuple[str, _Unit]] = []
+        for section in sections:
             trail = [title] if title else []
             trail += [h for h in section.path if h != title]
             breadcrumb = " > ".join(trail)
-            pieces.extend((breadcrumb, text) for text in self._pack(section))
-        if not pieces and (document.content or "").strip():
+            pieces.extend((breadcrumb, chunk) for chunk in self._pack(section))
+        if not pieces and content.strip():
             # a document of headings only is still findable by them
-            pieces = [(title, (document.content or "").strip())]
+            pieces = [(title, _Unit(content.strip(), "block", 0, content.count("\n")))]
         chunks = []
-        for index, (breadcrumb, text) in enumerate(pieces):
+        for index, (breadcrumb, piece) in enumerate(pieces):
             chunk_meta: dict[str, Any] = {
                 **meta,
                 "source": source,
@@ -221,10 +297,11 @@ class HeadingChunker:
                 "breadcrumb": breadcrumb,
                 "chunk_index": index,
                 "total_chunks": len(pieces),
-                "content_hash": hashlib.sha256(text.encode()).hexdigest()[:16],
+                "content_hash": hashlib.sha256(piece.text.encode()).hexdigest()[:16],
                 "doc_version": version,
+                **self._location(document.meta, piece, pages),
             }
-            chunks.append(Document(id=chunk_id(source, index, version), content=text, meta=chunk_meta))
+            chunks.append(Document(id=chunk_id(source, index, version), content=piece.text, meta=chunk_meta))
         return chunks
 
     @component.output_types(documents=list[Document])

@@ -8,8 +8,9 @@ from haystack import Document, component, logging
 
 logger = logging.getLogger(__name__)
 
-#: control characters no text needs (tab and newline are kept): what PDF and office converters leave behind
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+#: control characters no text needs (tab, newline and the form feed that marks a PDF's page break are kept): what PDF
+#: and office converters leave behind
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f]")
 
 
 @component
@@ -17,10 +18,10 @@ class KnowledgeCleaner:
     """
     Cleans converted documents for chunking, whatever converter made them, and reports those left without text.
 
-    Line endings become `\\n` (`\\r\\n` and lone `\\r`), a leading byte-order mark and control characters other than tab
-    and newline go, and, with `strip_trailing_spaces`, spaces at line ends. A document with no text left is not passed
-    on: it is reported in `failures` with its source, so that an index run says why it has no chunks. Metadata is
-    never changed.
+    Line endings become `\\n` (`\\r\\n` and lone `\\r`), a leading byte-order mark and control characters other than
+    tab, newline and form feed (a page break, which the chunker counts) go, and, with `strip_trailing_spaces`, spaces at
+    line ends. A document with no text left is not passed on: it is reported in `failures` with its source, so that an
+    index run says why it has no chunks. Metadata is never changed.
 
     ### Usage example
 

@@ -55,6 +55,10 @@ def _print_index_summary(summary: dict, deployment: Deployment) -> None:
     )
     for failure in summary["failures"]:
         print(f"  FAILED {failure['source']}: {failure['reason']}")
+    for skipped in summary.get("not_indexed") or []:
+        print(f"  NOT INDEXED {skipped['source']}: {skipped['reason']}")
+    for warning in summary.get("warnings") or []:
+        print(f"  WARNING {warning['source']}: {warning['reason']}")
     unsupported = summary.get("unsupported") or []
     if unsupported:
         types = sorted({u["type"] for u in unsupported})

@@ -87,9 +87,9 @@ class TestMarkdownKnowledgeConverter:
         ("data", "reason"),
         [
             (b"---\ntitle: [unclosed\n---\nbody", "not valid YAML"),
-            (b"---\n- a\n- b\n---\nbody", "must be a YAML mapping"),
+            (b"---\n- a\n- b\n---\nbody", "must be a mapping"),
             (b"---\ntitle: x\nbody without end", "no closing"),
-            (b"---\ntitle: x\n---\n   \n", "body is empty"),
+            (b"---\n---\n   \n", "body is empty"),
             (b"\xff\xfe broken", "not valid UTF-8"),
             (b"---\nkeywords: {a: 1}\n---\nbody", "'keywords' must be a list"),
             (b'---\n1: one\n"1": uno\n---\nbody', "has the key '1' twice"),
@@ -124,7 +124,7 @@ class TestMarkdownKnowledgeConverter:
         assert MarkdownKnowledgeConverter().run(sources=[tmp_path / "alias.md"])["documents"]
 
     def test_empty_input_gives_empty_output(self):
-        assert MarkdownKnowledgeConverter().run(sources=[]) == {"documents": [], "failures": []}
+        assert MarkdownKnowledgeConverter().run(sources=[]) == {"documents": [], "failures": [], "warnings": []}
 
     def test_version_changes_with_content(self):
         a = parse_knowledge_file(b"# T\n\none", "a.md").meta["doc_version"]

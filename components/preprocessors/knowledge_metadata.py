@@ -1,0 +1,170 @@
+from __future__ import annotations
+
+import mimetypes
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from haystack import Document, component, logging
+
+from components.core.file_version import file_version
+
+logger = logging.getLogger(__name__)
+
+_FIRST_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+_FENCED = re.compile(r"^\s*(```|~~~).*?(?:^\s*\1|\Z)", re.DOTALL | re.MULTILINE)
+
+DEFAULT_CATEGORY_FIELDS = ["category", "domain", "categories", "section"]
+DEFAULT_KEYWORD_FIELDS = ["keywords", "tags"]
+DEFAULT_DESCRIPTION_FIELDS = ["description", "summary"]
+DEFAULT_PLAIN_TEXT_TYPES = ["text/plain", "application/pdf"]
+
+
+def _first_text(value: Any) -> str:
+    """A field's value as one string: a string, a number, or the first of a list of them ('' otherwise)."""
+    if isinstance(value, list):
+        value = next((v for v in value if isinstance(v, str | int | float) and str(v).strip()), "")
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return ""
+    return str(value).strip()
+
+
+def _texts(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, list):
+        return [str(v).strip() for v in value if isinstance(v, str | int | float) and str(v).strip()]
+    return []
+
+
+@component
+class KnowledgeMetadata:
+    """
+    Gives every converted document the fields the lookup relies on, whatever converter made it.
+
+    `source` (default: the file name), `doc_id` (default: the source), `title` (default: the first markdown heading,
+    then the file name), `category` (the first of `category_fields` that has a value, a list giving its first item;
+    else the top folder of the source when `folder_category` is on), `keywords` (from `keyword_fields`, merged),
+    `entities`, `description` (the first of `description_fields`), `markup` (`text` for the MIME types in
+    `plain_text_types`, where a `#` line is no heading; else `markdown`) and `doc_version`. A document left without
+    text (a section page of front matter only) is indexed from its description; without one it is reported in
+    `skipped` with the reason, never as a failure.
+
+    ### Usage example
+
+    ```python
+    from haystack import Document
+    from components.preprocessors.knowledge_metadata import KnowledgeMetadata
+
+    doc = Document(content="", meta={"source": "install/_index.md", "title": "Install", "description": "How to."})
+    print(KnowledgeMetadata().run(documents=[doc])["documents"][0].meta["category"])  # install
+    ```
+    """
+
+    def __init__(
+        self,
+        category_fields: list[str] | None = None,
+        folder_category: bool = True,
+        keyword_fields: list[str] | None = None,
+        description_fields: list[str] | None = None,
+        plain_text_types: list[str] | None = None,
+    ) -> None:
+        """
+        Create the component.
+
+        :param category_fields: Front matter fields a category is taken from, first match wins (default `category`,
+            `domain`, `categories`, `section`).
+        :param folder_category: Without any of them, the source's top folder is the category (a file at the root has
+            none).
+        :param keyword_fields: Fields merged into `keywords` (default `keywords`, `tags`).
+        :param description_fields: Fields a page's description is taken from (default `description`, `summary`).
+        :param plain_text_types: MIME types whose text has no markdown headings (default `text/plain`,
+            `application/pdf`), for converters that do not set `markup`.
+        :raises ValueError: If a field list is given empty.
+        """
+        for name, value in (
+            ("category_fields", category_fields),
+            ("keyword_fields", keyword_fields),
+            ("description_fields", description_fields),
+        ):
+            if value is not None and not all(isinstance(v, str) and v for v in value):
+                msg = f"{name}={value!r} must be a list of field names; leave it unset for the defaults"
+                raise ValueError(msg)
+        self.category_fields = category_fields
+        self.folder_category = folder_category
+        self.keyword_fields = keyword_fields
+        self.description_fields = description_fields
+        self.plain_text_types = plain_text_types
+
+    def _category(self, meta: dict[str, Any], source: str) -> str:
+        for name in self.category_fields or DEFAULT_CATEGORY_FIELDS:
+            if category := _first_text(meta.get(name)):
+                return category
+        if self.folder_category and "/" in source:
+            return source.split("/", 1)[0]
+        return ""
+
+    def _keywords(self, meta: dict[str, Any]) -> list[str]:
+        merged: list[str] = []
+        for name in self.keyword_fields or DEFAULT_KEYWORD_FIELDS:
+            merged.extend(k for k in _texts(meta.get(name)) if k not in merged)
+        return merged
+
+    def _markup(self, meta: dict[str, Any], source: str) -> str:
+        if meta.get("markup"):
+            return str(meta["markup"])
+        mime, _ = mimetypes.guess_type(source)
+        plain = self.plain_text_types if self.plain_text_types is not None else DEFAULT_PLAIN_TEXT_TYPES
+        return "text" if mime in plain else "markdown"
+
+    def _profiled(self, doc: Document) -> Document:
+        meta = dict(doc.meta)
+        source = str(meta.get("source") or Path(str(meta.get("file_path") or doc.id)).name)
+        markup = self._markup(meta, source)
+        content = doc.content or ""
+        heading = _FIRST_HEADING.search(_FENCED.sub("", content)) if markup == "markdown" else None
+        description = next(
+            (
+                text
+                for name in self.description_fields or DEFAULT_DESCRIPTION_FIELDS
+                if (text := _first_text(meta.get(name)))
+            ),
+            "",
+        )
+        meta.update(
+            source=source,
+            doc_id=str(meta.get("doc_id") or source),
+            title=str(meta.get("title") or (heading.group(1) if heading else Path(source).stem)).strip(),
+            category=self._category(meta, source),
+            keywords=self._keywords(meta),
+            entities=_texts(meta.get("entities")),
+            markup=markup,
+            doc_version=str(meta.get("doc_version") or file_version(content.encode("utf-8"))),
+        )
+        if description:
+            meta["description"] = description
+        if not content.strip() and description:
+            return Document(id=doc.id, content=description, meta={**meta, "line_map": None})
+        return replace(doc, meta=meta)
+
+    @component.output_types(documents=list[Document], skipped=list[dict[str, str]])
+    def run(self, documents: list[Document]) -> dict[str, Any]:
+        """
+        Fill in the fields.
+
+        :param documents: Converted documents; they are not modified.
+        :returns: `documents`: copies with the fields set; `skipped`: `{"source", "reason"}` per document with no
+            text and no description.
+        """
+        profiled: list[Document] = []
+        skipped: list[dict[str, str]] = []
+        for doc in documents:
+            out = self._profiled(doc)
+            if not (out.content or "").strip():
+                reason = "no text: front matter only, with no description or summary"
+                logger.info("Skipping {source}: {reason}", source=out.meta["source"], reason=reason)
+                skipped.append({"source": str(out.meta["source"]), "reason": reason})
+                continue
+            profiled.append(out)
+        return {"documents": profiled, "skipped": skipped}

@@ -1,0 +1,256 @@
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from haystack import Document, component
+
+#: shortcodes and Liquid blocks whose content is code: they become fenced blocks, so a `#` in them is no heading
+_CODE_SHORTCODES = ("highlight", "code", "code-toggle", "codeblock", "snippet")
+_CODE_OPEN = re.compile(
+    r"^[ \t]*(?:\{\{[<%]-?\s*(?:" + "|".join(_CODE_SHORTCODES) + r")\b[^\n]*?[>%]\}\}"
+    r"|\{%-?\s*highlight\b[^\n]*?%\})[ \t]*$",
+    re.MULTILINE,
+)
+_CODE_CLOSE = re.compile(
+    r"^[ \t]*(?:\{\{[<%]-?\s*/\s*(?:" + "|".join(_CODE_SHORTCODES) + r")\s*-?[>%]\}\}"
+    r"|\{%-?\s*endhighlight\s*-?%\})[ \t]*$",
+    re.MULTILINE,
+)
+_RAW_TAG = re.compile(r"\{%-?\s*(?:raw|endraw)\s*-?%\}")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1")
+
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
+_MDX_COMMENT = re.compile(r"\{/\*.*?\*/\}", re.DOTALL)
+_MDX_IMPORT = re.compile(
+    r"^import\s(?:[^\n;]|\n(?!\n))*?\sfrom\s+['\"][^'\"\n]+['\"];?[ \t]*$|^import\s+['\"][^'\"\n]+['\"];?[ \t]*$",
+    re.MULTILINE,
+)
+_MDX_EXPORT = re.compile(r"^export\s+(?:const|default|function|let|var)\b[^\n]*$", re.MULTILINE)
+_HUGO = re.compile(r"\{\{[<%]-?\s*/?\*?.*?\*?/?\s*-?[>%]\}\}", re.DOTALL)
+#: Liquid tags, and Liquid output that is Jekyll's: a site variable, a quoted string or a filter (`| relative_url`)
+_LIQUID = re.compile(
+    r"\{%-?.*?-?%\}|\{\{-?\s*(?:(?:site|page|include|layout|jekyll|paginator)\b|['\"])[^{}]*?-?\}\}"
+    r"|\{\{-?[^{}|]*\|[^{}]*?-?\}\}",
+    re.DOTALL,
+)
+#: a link whose target was a shortcode or Liquid tag, now empty: its text
+_EMPTY_LINK = re.compile(r"\[([^\[\]\n]+)\]\(\s*\)")
+#: a heading's `{#id}` anchor
+_HEADING_ID = re.compile(r"^(#{1,6}[ \t].*?)[ \t]*\{#[\w.-]+\}[ \t]*$", re.MULTILINE)
+#: HTML elements that are layout, never words; JSX components are the capitalized names
+_HTML_TAGS = (
+    "a|abbr|b|br|center|details|div|em|figcaption|figure|font|hr|i|iframe|img|kbd|li|ol|p|picture|section|small|"
+    "source|span|strong|sub|summary|sup|table|tbody|td|tfoot|th|thead|tr|u|ul|video|dl|dt|dd|blockquote|code|pre|"
+    "mark|del|ins|s|nav|main|article|aside|header|footer|button|svg|path|script|style|noscript|h[1-6]|link|meta|"
+    "caption|col|colgroup|input|form|label|select|option|textarea"
+)
+_TAG = re.compile(
+    r"<(?P<close>/)?(?P<name>[A-Z][\w.]*|(?:" + _HTML_TAGS + r")(?![\w-]))"
+    # a component's attributes may hold JSX (`values={[{label: 'a'}]}`, over several lines): anything but `<` or `>`
+    r"(?P<attrs>\s(?:[^<>\"']|\"[^\"]*\"|'[^']*')*)?(?P<self>/)?>"
+)
+_CLOSING_COMPONENT = re.compile(r"</([A-Z][\w.]*)\s*>")
+_LABEL = re.compile(r"""\blabel\s*=\s*(?:"([^"]*)"|'([^']*)'|\{\s*["']([^"']*)["']\s*\})""")
+_SCRIPT = re.compile(r"<(script|style|head)\b[^>]*>.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
+_DOCUSAURUS = re.compile(r"^[ \t]*:::+[ \t]*(?:[\w-]+)?(?:[ \t]*\[([^\]\n]*)\]|[ \t]+([^\n]*?))?[ \t]*$", re.MULTILINE)
+#: MkDocs admonitions (`!!! note "Title"`, `??? tip`, with modifiers such as `inline end`) and Material's content tabs
+_MKDOCS = re.compile(
+    r"^(?P<indent>[ \t]*)(?:(?:!!!|\?\?\?\+?)[ \t]+[\w-]+(?:[ \t]+[\w-]+)*|===\+?)"
+    r'(?:[ \t]+"(?P<title>[^"\n]*)")?[ \t]*$'
+)
+#: reference-style links: `[text][ref]` and `[text][]` keep their text, `[ref]: url` definitions go
+_REFERENCE_LINK = re.compile(r"\[([^\[\]\n]+)\]\[[^\[\]\n]*\]")
+_LINK_DEFINITION = re.compile(
+    r"^[ ]{0,3}\[[^\[\]\n]+\]:[ \t]+\S+(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*$", re.MULTILINE
+)
+_GITHUB_ALERT = re.compile(
+    r"^(>[ \t]*)\[!(?:note|tip|important|warning|caution)\][ \t]*$", re.MULTILINE | re.IGNORECASE
+)
+
+
+def _blank(match: re.Match[str]) -> str:
+    """What replaces markup: as many line breaks as it spanned, so line numbers still point into the file."""
+    return "\n" * match.group(0).count("\n")
+
+
+def _tag_rewrite(text: str) -> Callable[[re.Match[str]], str]:
+    """
+    Drop a tag, keeping a `label`'s text. A bare capitalized `<Word>` is only a component when the text closes it
+    (`</Word>`): otherwise it is prose, such as a key name or a placeholder.
+    """
+    closed = set(_CLOSING_COMPONENT.findall(text))
+
+    def rewrite(match: re.Match[str]) -> str:
+        name = match.group("name")
+        bare = not (match.group("close") or match.group("attrs") or match.group("self"))
+        if bare and name[0].isupper() and name not in closed:
+            return match.group(0)
+        label = _LABEL.search(match.group(0))
+        kept = next((g for g in label.groups() if g), "") if label else ""
+        return kept + _blank(match)
+
+    return rewrite
+
+
+def _title(match: re.Match[str]) -> str:
+    return next((g for g in match.groups() if g), "").strip()
+
+
+def _fence_code_shortcodes(text: str) -> str:
+    text = _CODE_OPEN.sub("```", text)
+    return _RAW_TAG.sub("", _CODE_CLOSE.sub("```", text))
+
+
+def _dedent_mkdocs(lines: list[str]) -> list[str]:
+    """
+    MkDocs admonitions and tabs: the marker line keeps only its title; the indented body of one at the margin moves to
+    the margin (a nested one keeps its indent: it is text either way).
+    """
+    out: list[str] = []
+    inside = False
+    for line in lines:
+        marker = _MKDOCS.match(line)
+        if marker:
+            out.append(marker.group("indent") + (marker.group("title") or "").strip())
+            inside = inside or not marker.group("indent")
+            continue
+        if inside and (line.startswith("    ") or line.startswith("\t") or not line.strip()):
+            out.append(line[4:] if line.startswith("    ") else line[1:] if line.startswith("\t") else line)
+            continue
+        inside = False
+        out.append(line)
+    return out
+
+
+def _protect_inline_code(text: str) -> tuple[str, list[str]]:
+    spans: list[str] = []
+
+    def keep(match: re.Match[str]) -> str:
+        spans.append(match.group(0))
+        return f"\x00{len(spans) - 1}\x00"
+
+    return _INLINE_CODE.sub(keep, text), spans
+
+
+def _restore_inline_code(text: str, spans: list[str]) -> str:
+    return re.sub(r"\x00(\d+)\x00", lambda m: spans[int(m.group(1))], text)
+
+
+#: the rewrites of prose, in order: comments first (they may hold any of the others); tags after these
+_PROSE: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
+    (_COMMENT, _blank),
+    (_MDX_COMMENT, _blank),
+    (_SCRIPT, _blank),
+    (_MDX_IMPORT, _blank),
+    (_MDX_EXPORT, _blank),
+    (_HUGO, _blank),
+    (_LIQUID, _blank),
+    (_DOCUSAURUS, _title),
+    (_GITHUB_ALERT, lambda m: m.group(1)),
+    (_EMPTY_LINK, lambda m: m.group(1)),
+    (_HEADING_ID, lambda m: m.group(1)),
+    (_LINK_DEFINITION, _blank),
+    (_REFERENCE_LINK, lambda m: m.group(1)),
+]
+
+
+def _clean_prose(text: str) -> str:
+    text, spans = _protect_inline_code(text)
+    for pattern, rewrite in _PROSE:
+        text = pattern.sub(rewrite, text)
+    text = _TAG.sub(_tag_rewrite(text), text)
+    return _restore_inline_code(text, spans)
+
+
+def clean_markup(text: str) -> str:
+    """
+    Remove the markup of documentation sites from markdown, keeping its text and its line count.
+
+    :param text: A markdown body.
+    :returns: The body without comments, MDX, JSX and HTML tags, shortcodes, Liquid tags and admonition markers; code
+        blocks unchanged; every line where it was.
+    """
+    lines = _dedent_mkdocs(_fence_code_shortcodes(text).split("\n"))
+    out: list[str] = []
+    prose: list[str] = []
+    fence = ""
+    for line in lines:
+        match = _FENCE.match(line)
+        if fence:
+            out.append(line)
+            if match and match.group(1) == fence:
+                fence = ""
+            continue
+        if match:
+            out.extend(_clean_prose("\n".join(prose)).split("\n") if prose else [])
+            prose = []
+            out.append(line)
+            fence = match.group(1)
+            continue
+        prose.append(line)
+    if prose:
+        out.extend(_clean_prose("\n".join(prose)).split("\n"))
+    return "\n".join(out)
+
+
+@component
+class MarkupCleaner:
+    """
+    Removes the markup documentation sites put in markdown, keeping the text, so that only words are embedded.
+
+    HTML comments (an Apache licence header's `#` lines are no headings), MDX `import`/`export` lines and
+    `{/* */}` comments, JSX components and HTML layout tags (their inner text is kept; a tab's `label` stays as a line),
+    Hugo shortcodes (`{{< >}}`, `{{% %}}`: the delimiters go, the text between a pair stays), Jekyll/Liquid tags,
+    the markers of MkDocs (`!!! note`, `=== "Tab"`), Docusaurus (`:::tip`) and GitHub (`> [!NOTE]`) admonitions (their
+    text and title stay), reference links (`[text][ref]` keeps its text; the `[ref]: url` lines go) and heading
+    anchors (`{#id}`). Code shortcodes (`highlight`, `code`, `code-toggle`, Liquid's `highlight`) become fenced blocks;
+    fenced code and inline code are never changed. Every removed piece leaves its line breaks, so a chunk's line range
+    still points into the file. Only documents whose `markup` meta is one of `markups` are cleaned (the converters set
+    it; Haystack's own leave it unset: their HTML comes out as clean markdown, their text is text).
+
+    ### Usage example
+
+    ```python
+    from haystack import Document
+    from components.preprocessors.markup_cleaner import MarkupCleaner
+
+    text = "<!--\\n# Licensed\\n-->\\n# CORS\\n{{< note >}}Enable it.{{< /note >}}"
+    doc = Document(content=text, meta={"markup": "markdown"})
+    print(MarkupCleaner().run(documents=[doc])["documents"][0].content)  # "\\n\\n\\n# CORS\\nEnable it."
+    ```
+    """
+
+    def __init__(self, markups: list[str] | None = None) -> None:
+        """
+        Create the cleaner.
+
+        :param markups: The `markup` meta values cleaned (default `["markdown"]`; a document without one is not
+            cleaned).
+        :raises ValueError: If `markups` is empty.
+        """
+        if markups is not None and not markups:
+            msg = "markups=[] cleans nothing; give the markup values to clean, e.g. ['markdown'], or leave it unset"
+            raise ValueError(msg)
+        self.markups = markups
+
+    @component.output_types(documents=list[Document])
+    def run(self, documents: list[Document]) -> dict[str, Any]:
+        """
+        Clean the documents.
+
+        :param documents: Converted documents; they are not modified.
+        :returns: `documents`: cleaned copies (a document with nothing to clean is passed on as it is).
+        """
+        markups = set(self.markups or ["markdown"])
+        cleaned: list[Document] = []
+        for doc in documents:
+            if doc.meta.get("markup") not in markups or not doc.content:
+                cleaned.append(doc)
+                continue
+            text = clean_markup(doc.content)
+            cleaned.append(doc if text == doc.content else replace(doc, content=text))
+        return {"documents": cleaned}
