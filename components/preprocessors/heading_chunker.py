@@ -208,10 +208,13 @@ class HeadingChunker:
         for unit in reversed(units):
             if unit.kind in ("code", "table"):
                 break
+            end = len(unit.text)
             for sentence in reversed(self._sentences(unit.text)):
                 if self._size(sentence) > budget:
                     return tail
-                tail.insert(0, _Unit(sentence, "sentence", unit.last, unit.last))
+                end -= len(sentence)
+                line = unit.first + unit.text.count("\n", 0, end)
+                tail.insert(0, _Unit(sentence, "sentence", line, line + sentence.count("\n")))
                 budget -= self._size(sentence)
             if unit.kind == "block":  # overlap never reaches past the paragraph it started in
                 break

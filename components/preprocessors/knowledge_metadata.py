@@ -38,15 +38,24 @@ def _texts(value: Any) -> list[str]:
     return []
 
 
+def _title_of(heading: re.Match[str] | None, first_line: str, markup: str) -> str:
+    """The first heading of markdown; the first line of text (a PDF's title line) when it is short enough to be one."""
+    if heading:
+        return heading.group(1)
+    if markup == "text" and 3 <= len(first_line) <= 100:
+        return first_line
+    return ""
+
+
 @component
 class KnowledgeMetadata:
     """
     Gives every converted document the fields the lookup relies on, whatever converter made it.
 
-    `source` (default: the file name), `doc_id` (default: the source), `title` (default: the first markdown heading,
-    then the file name), `category` (the first of `category_fields` that has a value, a list giving its first item;
-    else the top folder of the source when `folder_category` is on), `keywords` (from `keyword_fields`, merged),
-    `entities`, `description` (the first of `description_fields`), `markup` (`text` for the MIME types in
+    `source` (default: the file name), `doc_id` (default: the source), `title` (default: the first markdown heading, or
+    the first line of plain text when it is short enough to be a title, then the file name), `category` (the first of
+    `category_fields` that has a value, a list giving its first item; else the top folder of the source when
+    `folder_category` is on), `keywords` (from `keyword_fields`, merged), `entities`, `description` (the first of `description_fields`), `markup` (`text` for the MIME types in
     `plain_text_types`, where a `#` line is no heading; else `markdown`) and `doc_version`. A document left without
     text (a section page of front matter only) is indexed from its description; without one it is reported in
     `skipped` with the reason, never as a failure.
@@ -124,6 +133,7 @@ class KnowledgeMetadata:
         markup = self._markup(meta, source)
         content = doc.content or ""
         heading = _FIRST_HEADING.search(_FENCED.sub("", content)) if markup == "markdown" else None
+        first_line = next((line.strip() for line in content.split("\n") if line.strip()), "")
         description = next(
             (
                 text
@@ -135,7 +145,7 @@ class KnowledgeMetadata:
         meta.update(
             source=source,
             doc_id=str(meta.get("doc_id") or source),
-            title=str(meta.get("title") or (heading.group(1) if heading else Path(source).stem)).strip(),
+            title=str(meta.get("title") or _title_of(heading, first_line, markup) or Path(source).stem).strip(),
             category=self._category(meta, source),
             keywords=self._keywords(meta),
             entities=_texts(meta.get("entities")),

@@ -383,32 +383,33 @@ class TestIndexingPipelineShape:
 
     def test_a_format_is_added_by_one_converter_and_a_yaml_edit(self, tmp_path, tiny_kb):
         (tiny_kb / "faq").mkdir(exist_ok=True)
-        (tiny_kb / "faq" / "parking.txt").write_text(
-            "Visitor parking is on level minus two; the gate code is 4711.\n", encoding="utf-8"
+        (tiny_kb / "faq" / "parking.csv").write_text(
+            "topic,answer\nvisitor parking,Visitor parking is on level minus two; the gate code is 4711.\n",
+            encoding="utf-8",
         )
 
-        def add_plain_text(data: dict) -> None:
-            data["components"]["router"]["init_parameters"]["mime_types"].append("text/plain")
-            data["components"]["text"] = {
-                "type": "haystack.components.converters.txt.TextFileToDocument",
+        def add_csv(data: dict) -> None:
+            data["components"]["router"]["init_parameters"]["mime_types"].append("text/csv")
+            data["components"]["csv"] = {
+                "type": "haystack.components.converters.csv.CSVToDocument",
                 "init_parameters": {},
             }
             data["connections"] += [
-                {"sender": "router.text/plain", "receiver": "text.sources"},
-                {"sender": "text.documents", "receiver": "joiner.documents"},
+                {"sender": "router.text/csv", "receiver": "csv.sources"},
+                {"sender": "csv.documents", "receiver": "joiner.documents"},
             ]
 
         deployment = Deployment.resolve(tmp_path / "data")
-        indexer = KnowledgeIndexer(deployment, pipeline_path=_edited_indexing_yaml(tmp_path, add_plain_text))
+        indexer = KnowledgeIndexer(deployment, pipeline_path=_edited_indexing_yaml(tmp_path, add_csv))
         try:
             summary = indexer.index(tiny_kb, progress=False)
         finally:
             indexer.close()
         assert (summary.indexed, summary.failed, summary.unsupported) == (4, 0, [])
-        entry = KnowledgeIndex.load(deployment.index_path).by_source()["faq/parking.txt"]
-        assert (entry.doc_id, entry.chunks) == ("faq/parking.txt", 1)
+        entry = KnowledgeIndex.load(deployment.index_path).by_source()["faq/parking.csv"]
+        assert (entry.doc_id, entry.chunks) == ("faq/parking.csv", 1)
         result = lookup(load_pipeline(data_dir=deployment.data_dir), "what is the gate code of the visitor parking?")
-        assert result["found"] and result["evidenceBlocks"][0]["source"] == "faq/parking.txt"
+        assert result["found"] and result["evidenceBlocks"][0]["source"] == "faq/parking.csv"
 
     def test_the_parts_are_found_by_what_they_take_and_give_not_by_their_names(self, tmp_path, tiny_kb):
         names = {"router": "files", "markdown": "md", "writer": "store_writer", "embedder": "e5"}

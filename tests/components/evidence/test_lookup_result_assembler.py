@@ -33,6 +33,9 @@ BLOCK_KEYS = {
     "docId",
     "title",
     "breadcrumb",
+    "location",
+    "lines",
+    "pages",
     "category",
     "retrievalLayer",
     "content",
@@ -227,6 +230,17 @@ class TestLookupResultAssembler:
         assert result["retrievalTrace"]["referenceThreshold"] == 0.75
         assert [i["evidenceKey"] for i in result["rerankTrace"]["items"]] == ["alerts/doc1.md#1", "alerts/doc2.md#2"]
         LookupResult.model_validate(result)
+
+    def test_a_block_says_where_it_lies_in_its_file(self):
+        lined, paged, plain = _doc(1), _doc(2), _doc(3)
+        lined.meta.update(line_start=12, line_end=30)
+        paged.meta.update(page_start=3, page_end=3)
+        blocks = LookupResultAssembler().run(**_inputs([lined, paged, plain]))["result"]["evidenceBlocks"]
+        assert [(b["location"], b["lines"], b["pages"]) for b in blocks] == [
+            ("lines 12-30", [12, 30], None),
+            ("page 3", None, [3, 3]),
+            ("", None, None),
+        ]
 
     def test_field_names_are_camel_case_throughout(self):
         result = LookupResultAssembler().run(**_inputs([_doc(1)], hints=HINTS, category_filter="alerts"))["result"]

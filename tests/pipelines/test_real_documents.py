@@ -1,0 +1,236 @@
+"""
+Real public documentation through the real indexing pipeline and store: pages of a Hugo site (gohugoio/hugoDocs),
+a Docusaurus site in Chinese and English (apache/apisix), an MkDocs Material site, a Jekyll site, PDFs, Word documents
+and exported HTML pages, as their projects publish them (`tests/fixtures/real_docs/*/SOURCES.md` says where each file
+comes from and under which licence). The chunks are read back and inspected for markup residue and false
+breadcrumbs; questions the pages answer must find their page first, and questions they do not answer must come back
+`found=false`.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipelines.indexing import IndexSummary, KnowledgeIndexer
+from pipelines.service import KnowledgeService
+from pipelines.settings import Deployment
+
+pytestmark = pytest.mark.integration
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real_docs"
+
+#: markup no chunk may carry outside code: comments, MDX/JSX, shortcodes, Liquid, admonition markers, front matter
+RESIDUE = [
+    r"<!--",
+    r"-->",
+    r"\{\{[<%]",
+    r"[>%]\}\}",
+    r"\{%",
+    r"%\}",
+    r"^import \w+ from",
+    r"</?Tabs\b",
+    r"</?TabItem\b",
+    r"^:::",
+    r"^\s*(?:!!!|\?\?\?\+?) ",
+    r"^\+\+\+$",
+    r"\{\{ ?site\.",
+    r"^\[[^\]]+\]: \S+$",
+    r"<head>|<link ",
+]
+_FENCED = re.compile(r"^\s*(```|~~~).*?^\s*\1[^\n]*$", re.DOTALL | re.MULTILINE)
+_INLINE = re.compile(r"(`+)(?:(?!\1).)+?\1")
+
+
+def _prose(text: str) -> str:
+    """A chunk's text without its code (code may show any markup: it is an example)."""
+    return _INLINE.sub("", _FENCED.sub("", text))
+
+
+def build_knowledge(root: Path) -> Path:
+    """One knowledge folder of every fixture site and format, as a team would put them together."""
+    shutil.copytree(FIXTURES / "hugo" / "content", root)  # the content root: Hugo includes resolve against it
+    shutil.copytree(FIXTURES / "apisix" / "docs", root / "apisix")
+    shutil.copytree(FIXTURES / "mkdocs" / "docs", root / "mkdocs")
+    shutil.copytree(FIXTURES / "jekyll" / "docs", root / "jekyll")
+    for kind, pattern in (("pdf", "*.pdf"), ("docx", "*.docx"), ("html", "*.html"), ("text", "doc/*.txt")):
+        (root / "manuals").mkdir(exist_ok=True)
+        for path in (FIXTURES / kind).glob(pattern):
+            shutil.copy(path, root / "manuals" / path.name)
+    return root
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory) -> tuple[Path, Path, IndexSummary]:
+    base = tmp_path_factory.mktemp("real_docs")
+    knowledge = build_knowledge(base / "knowledge")
+    indexer = KnowledgeIndexer(Deployment.resolve(base / "data"))
+    try:
+        summary = indexer.index(knowledge, progress=False)
+    finally:
+        indexer.close()
+    return knowledge, base / "data", summary
+
+
+@pytest.fixture(scope="module")
+def chunks(indexed) -> list:
+    """Every chunk as the store holds it, read back."""
+    _, data, _ = indexed
+    indexer = KnowledgeIndexer(Deployment.resolve(data))
+    try:
+        store = indexer.collection
+        store.warm_up()
+        return store.chunks_of(store.active_versions())
+    finally:
+        indexer.close()
+
+
+@pytest.fixture(scope="module")
+def service(indexed, tmp_path_factory):
+    _, data, _ = indexed
+    traces = tmp_path_factory.mktemp("traces") / "traces.db"
+    loaded = KnowledgeService.load(data_dir=data, trace_db_url=f"sqlite:///{traces}")
+    yield loaded
+    loaded.close()
+
+
+def _of(chunks: list, source: str) -> list:
+    found = [c for c in chunks if c.meta["source"] == source]
+    assert found, f"no chunk of {source}"
+    return found
+
+
+class TestRealDocumentation:
+    def test_every_page_and_file_is_indexed_or_says_why(self, indexed):
+        _, _, summary = indexed
+        assert summary.failures == []
+        not_indexed = {entry["source"] for entry in summary.not_indexed}
+        # hugoDocs' `_common` pages are text that pages include; Jekyll's `_includes` too
+        assert {s for s in not_indexed if not s.startswith(("_common/", "jekyll/_includes/"))} == set()
+        assert "_common/installation/homebrew.md" in not_indexed
+        assert {u["source"] for u in summary.unsupported} == {"jekyll/_data/ruby.yml"}
+        # Jekyll's version badge lives in the site's `_includes`, which the page finds from its own folder
+        assert not [w for w in summary.warnings if "docs_version_badge" in w["reason"]]
+
+    def test_no_chunk_carries_markup_outside_code(self, chunks):
+        for chunk in chunks:
+            prose = _prose(chunk.content)
+            for pattern in RESIDUE:
+                match = re.search(pattern, prose, re.MULTILINE)
+                assert match is None, f"{chunk.meta['source']}: {pattern!r} in {prose[:300]!r}"
+
+    def test_breadcrumbs_are_real_headings_never_licence_lines(self, chunks):
+        for chunk in chunks:
+            crumb = chunk.meta["breadcrumb"]
+            assert "License" not in crumb and "#" not in crumb and "<" not in crumb, crumb
+        cors = {c.meta["breadcrumb"] for c in _of(chunks, "apisix/zh/latest/plugins/cors.md")}
+        assert {"cors > 描述", "cors > 属性", "cors > 示例 > 为路由启用 CORS"} <= cors
+        assert all(crumb.startswith("cors") for crumb in cors)
+
+    def test_a_hugo_include_brings_its_text_under_the_including_heading_and_line(self, indexed, chunks):
+        knowledge, _, _ = indexed
+        brew = [c for c in _of(chunks, "installation/macos.md") if "brew install hugo" in c.content]
+        assert [c.meta["breadcrumb"] for c in brew] == ["macOS > Package managers > Homebrew"]
+        lines = (knowledge / "installation/macos.md").read_text(encoding="utf-8").split("\n")
+        include_line = next(i for i, line in enumerate(lines, start=1) if "homebrew.md" in line)
+        assert brew[0].meta["line_start"] == include_line
+
+    def test_a_section_page_of_front_matter_only_is_its_description(self, chunks):
+        (page,) = _of(chunks, "installation/_index.md")
+        assert page.content.startswith("Install Hugo on macOS, Linux, Windows, BSD")
+        assert page.meta["title"] == "Installation" and page.meta["category"] == "installation"
+
+    def test_line_ranges_point_at_the_text_in_the_file(self, indexed, chunks):
+        knowledge, _, _ = indexed
+        checked = 0
+        for chunk in chunks:
+            source = chunk.meta["source"]
+            if not source.endswith(".md") or chunk.meta.get("included_files") or "line_start" not in chunk.meta:
+                continue
+            lines = (knowledge / source).read_text(encoding="utf-8").split("\n")
+            span = "\n".join(lines[chunk.meta["line_start"] - 1 : chunk.meta["line_end"]])
+            first_line = chunk.content.split("\n")[0].strip()
+            if chunk.meta.get("description", "").startswith(first_line[:30]):
+                continue  # the description lead comes from the front matter
+            # the longest of the first words of its last line (a table part's first line is the repeated header): the
+            # file has the markup the chunk lost around them
+            last_line = chunk.content.split("\n")[-1].strip()
+            word = max(re.findall(r"\w+", last_line)[:4] or [last_line], key=len)
+            assert word in span, f"{source} {chunk.meta['line_start']}-{chunk.meta['line_end']}: {word}"
+            checked += 1
+        assert checked > 50
+
+    def test_pdf_chunks_know_their_pages(self, chunks):
+        pdf = _of(chunks, "manuals/fastpca-joss-paper.pdf")
+        assert pdf[0].meta["title"].startswith("FastPCA: An R package")
+        gpu = [c for c in pdf if "2.44 seconds" in c.content]
+        assert gpu and {c.meta["page_start"] for c in gpu} == {3}
+        assert max(c.meta["page_end"] for c in pdf) == 6
+
+    def test_word_headings_are_the_breadcrumb_and_html_is_its_main_content(self, chunks):
+        playbook = _of(chunks, "manuals/OpenChain-PlayBook-Medium-Company.docx")
+        reassess = [c for c in playbook if "every 18 months" in c.content]
+        assert reassess and reassess[0].meta["breadcrumb"].endswith("Periodic Reassessment")
+        for page in ("manuals/autogen-blog-llm-tuning-math.html", "manuals/neat-python-xor_example.html"):
+            text = "\n".join(c.content for c in _of(chunks, page))
+            assert "<script" not in text and "<div" not in text and "function(" not in text
+
+    def test_plain_text_has_no_headings_and_knows_its_lines(self, indexed, chunks):
+        knowledge, _, _ = indexed
+        text = _of(chunks, "manuals/algorithm.txt")
+        lines = (knowledge / "manuals/algorithm.txt").read_text(encoding="utf-8").split("\n")
+        assert {c.meta["breadcrumb"] for c in text} == {text[0].meta["title"]}
+        for chunk in text:
+            span = "\n".join(lines[chunk.meta["line_start"] - 1 : chunk.meta["line_end"]])
+            assert chunk.content.split("\n")[0].strip() in span and chunk.content.split("\n")[-1].strip() in span
+
+    def test_a_table_is_never_cut_inside_a_row_and_its_parts_repeat_the_header(self, chunks):
+        parts = [c for c in _of(chunks, "apisix/zh/latest/plugins/cors.md") if c.meta["breadcrumb"] == "cors > 属性"]
+        tables = [c.content for c in parts if "|" in c.content]
+        assert len(tables) > 1  # the attribute table is longer than a chunk
+        header = tables[0].split("\n")[0]
+        for table in tables:
+            rows = [line for line in table.split("\n") if line.startswith("|")]
+            assert rows[0] == header
+            assert all(row.rstrip().endswith("|") for row in rows)
+
+    @pytest.mark.parametrize(
+        ("question", "source"),
+        [
+            ("How do I install Hugo on a Mac with Homebrew?", "installation/macos.md"),
+            ("How can I stop the Hugo snap package from auto-updating?", "installation/linux.md"),
+            ("cors 插件如何用正则表达式匹配所有子域名的 Origin？", "apisix/zh/latest/plugins/cors.md"),
+            ("echo 插件可以在生产环境中使用吗？", "apisix/zh/latest/plugins/echo.md"),
+            ("How do I make an admonition collapsible in Material for MkDocs?", "mkdocs/reference/admonitions.md"),
+            ("How do I show line numbers in a Jekyll code block?", "jekyll/_docs/liquid/tags.md"),
+            ("How often does the OSPO review the OpenChain program?", "manuals/OpenChain-PlayBook-Medium-Company.docx"),
+            ("How fast is FastPCA with GPU acceleration?", "manuals/fastpca-joss-paper.pdf"),
+        ],
+    )
+    def test_a_question_finds_its_page_first(self, service, question, source):
+        result = service.lookup(question, session_id=None)
+        assert result["found"] is True
+        assert result["evidenceBlocks"][0]["source"] == source
+
+    @pytest.mark.parametrize("question", ["What is the capital of France?", "如何做红烧肉？"])
+    def test_a_question_off_the_sites_topics_is_not_found(self, service, question):
+        assert service.lookup(question, session_id=None)["found"] is False
+
+    @pytest.mark.xfail(
+        strict=True,
+        reason="known gap (docs/decisions.md D80): the noise ceiling is calibrated on off-topic probes, and a question "
+        "on a site's own topic that its pages do not answer scores above it (similarity 0.926-0.948 here)",
+    )
+    @pytest.mark.parametrize(
+        "question",
+        [
+            "How do I add a blog to my Material for MkDocs site?",
+            "如何配置 APISIX 的 limit-count 插件实现限流？",
+            "How do I paginate blog posts with jekyll-paginate?",
+        ],
+    )
+    def test_a_question_on_the_sites_topics_that_they_do_not_answer_is_not_found(self, service, question):
+        assert service.lookup(question, session_id=None)["found"] is False
