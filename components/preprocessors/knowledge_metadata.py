@@ -55,8 +55,9 @@ class KnowledgeMetadata:
     `source` (default: the file name), `doc_id` (default: the source), `title` (default: the first markdown heading, or
     the first line of plain text when it is short enough to be a title, then the file name), `category` (the first of
     `category_fields` that has a value, a list giving its first item; else the top folder of the source when
-    `folder_category` is on), `keywords` (from `keyword_fields`, merged), `entities`, `description` (the first of `description_fields`), `markup` (`text` for the MIME types in
-    `plain_text_types`, where a `#` line is no heading; else `markdown`) and `doc_version`. A document left without
+    `folder_category` is on), `keywords` (from `keyword_fields`, merged), `entities`, `description` (the first of
+    `description_fields`), `markup` (`text` for the MIME types in `plain_text_types`, where a `#` line is no heading;
+    else `markdown`) and `doc_version`. A document left without
     text (a section page of front matter only) is indexed from its description; without one it is reported in
     `skipped` with the reason, never as a failure.
 
