@@ -130,3 +130,75 @@ class TestMarkdownKnowledgeConverter:
         a = parse_knowledge_file(b"# T\n\none", "a.md").meta["doc_version"]
         b = parse_knowledge_file(b"# T\n\ntwo", "a.md").meta["doc_version"]
         assert a != b
+
+    @pytest.mark.parametrize(
+        "data",
+        [
+            b'+++\ntitle = "Install"\ncategories = ["setup"]\nweight = 10\n+++\n\nbody',
+            b'{\n  "title": "Install",\n  "categories": ["setup"],\n  "weight": 10\n}\n\nbody',
+            b"---\ntitle: Install\ncategories: [setup]\nweight: 10\n---\n\nbody",
+        ],
+    )
+    def test_toml_json_and_yaml_front_matter_read_alike(self, data):
+        doc = parse_knowledge_file(data, "install/a.md")
+        assert (doc.meta["title"], doc.meta["categories"], doc.meta["weight"], doc.content) == (
+            "Install",
+            ["setup"],
+            10,
+            "\nbody",
+        )
+        assert doc.meta["line_map"] == [[0, data.split(b"\n\n")[0].count(b"\n") + 2, 1]]
+
+    def test_a_body_that_starts_with_a_brace_is_no_front_matter(self):
+        doc = parse_knowledge_file(b'{"not": "closed"\ntext', "a.md")
+        assert doc.content.startswith('{"not"') and doc.meta["line_map"] == [[0, 1, 1]]
+        bad_toml = MarkdownKnowledgeConverter().run(
+            sources=[ByteStream(b"+++\ntitle = \n+++\nx", meta={"source": "t.md"})]
+        )
+        assert "not valid TOML" in bad_toml["failures"][0]["reason"]
+
+    def test_the_title_is_never_a_comment_or_code_line(self):
+        data = b"<!--\n# Licensed to the ASF\n-->\n```\n# shell comment\n```\n## Real heading\n"
+        assert parse_knowledge_file(data, "a.md").meta["title"] == "Real heading"
+
+    def test_a_page_of_front_matter_only_converts_with_an_empty_body(self):
+        doc = parse_knowledge_file(b"---\ntitle: Install\ndescription: How to install.\n---\n", "install/_index.md")
+        assert doc.content.strip() == "" and doc.meta["description"] == "How to install."
+
+    def test_includes_are_resolved_under_the_root_and_others_reported(self, tmp_path: Path):
+        root = tmp_path / "content"
+        (root / "_common").mkdir(parents=True)
+        (root / "guide").mkdir()
+        (root / "_common" / "brew.md").write_text("---\n_comment: keep\n---\n### Homebrew\n\nbrew install x\n")
+        (root / "_common" / "loop.md").write_text('{{% include "/_common/loop.md" %}}\n')
+        (tmp_path / "secret.md").write_text("outside the root\n")
+        page = (
+            "---\ntitle: Guide\n---\n## Install\n\n"
+            '{{% include "/_common/brew.md" %}}\n\n'
+            '{{< readfile file="missing.md" >}}\n\n'
+            '{{% include "../secret.md" %}}\n\n'
+            '{{% include "/_common/loop.md" %}}\n\n'
+            '```\n{{% include "/_common/brew.md" %}}\n```\n\nend\n'
+        )
+        (root / "guide" / "page.md").write_text(page)
+        out = MarkdownKnowledgeConverter().run(sources=[root / "guide" / "page.md"], meta={"source": "guide/page.md"})
+        [doc] = out["documents"]
+        assert "### Homebrew\n\nbrew install x" in doc.content
+        assert "outside the root" not in doc.content
+        assert '```\n{{% include "/_common/brew.md" %}}\n```' in doc.content  # code shows it, never runs it
+        assert doc.meta["included_files"] == ["_common/brew.md", "_common/loop.md"]
+        reasons = [w["reason"] for w in out["warnings"]]
+        assert any("missing.md (not found" in r for r in reasons)
+        assert any("../secret.md (not found" in r for r in reasons)
+        assert any("over 3 levels deep" in r or "included from itself" in r for r in reasons)
+        # the included lines point at the include's line; the page's own lines at themselves
+        lines = doc.content.split("\n")
+        file_lines = page.split("\n")
+        end = lines.index("end")
+        segment = max((s for s in doc.meta["line_map"] if s[0] <= end), key=lambda s: s[0])
+        assert file_lines[segment[1] + (end - segment[0]) - 1] == "end"
+
+    def test_a_stream_without_a_path_reports_its_includes_unresolved(self):
+        stream = ByteStream(b'# T\n\n{{% include "/x.md" %}}\n', meta={"source": "a.md"})
+        out = MarkdownKnowledgeConverter().run(sources=[stream])
+        assert "no knowledge root" in out["warnings"][0]["reason"]

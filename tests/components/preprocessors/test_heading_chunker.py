@@ -91,3 +91,47 @@ class TestHeadingChunker:
         chunks = HeadingChunker().run([_doc("# Footnotes\n\n## Footnotes\n")])["documents"]
         assert len(chunks) == 1 and "Footnotes" in chunks[0].content
         assert chunks[0].meta["total_chunks"] == 1
+
+    def test_a_long_table_is_split_between_rows_each_part_with_the_header(self):
+        rows = "\n".join(f"| flag{i} | {'a long explanation of the flag ' * 2}{i} |" for i in range(40))
+        body = f"# Flags\n\nIntro.\n\n| Flag | Meaning |\n|---|---|\n{rows}\n"
+        chunks = HeadingChunker(max_chars=400, overlap_chars=50).run([_doc(body)])["documents"]
+        tables = [c.content for c in chunks if "| Flag | Meaning |" in c.content]
+        assert len(tables) > 3
+        seen = []
+        for table in tables:
+            lines = table.split("\n")
+            lines = lines[lines.index("| Flag | Meaning |") :]  # the first part follows the intro in its chunk
+            assert lines[:2] == ["| Flag | Meaning |", "|---|---|"]
+            assert all(line.startswith("| flag") and line.endswith("|") for line in lines[2:])
+            seen += lines[2:]
+        assert seen == rows.split("\n")  # every row once, none cut
+
+    def test_plain_text_has_no_headings_and_every_chunk_its_lines(self):
+        body = "Title line\n\n# not a heading\n\nSecond paragraph.\n\n```\nnot a fence either\n"
+        [chunk] = HeadingChunker().run([_doc(body, markup="text", title="Notes")])["documents"]
+        assert chunk.meta["breadcrumb"] == "Notes" and "# not a heading" in chunk.content
+        assert (chunk.meta["line_start"], chunk.meta["line_end"]) == (1, 8)
+
+    def test_markdown_lines_follow_the_converters_line_map(self):
+        # four lines of front matter before the body; body lines 2-3 came from an include on file line 7
+        body = "# T\n\nincluded one\nincluded two\n\nown text"
+        line_map = [[0, 5, 1], [2, 7, 0], [4, 8, 1]]
+        chunks = HeadingChunker().run([_doc(body, line_map=line_map, title="T")])["documents"]
+        [chunk] = chunks
+        assert (chunk.meta["line_start"], chunk.meta["line_end"]) == (7, 9)
+        assert "line_map" not in chunk.meta
+
+    def test_form_feeds_give_each_chunk_its_pages(self):
+        body = "First page text.\fSecond page, one.\n\nSecond page, two.\fThird page."
+        chunks = HeadingChunker(max_chars=100, overlap_chars=0).run([_doc(body, markup="text")])["documents"]
+        pages = [(c.meta["page_start"], c.meta["page_end"]) for c in chunks]
+        assert pages[0][0] == 1 and pages[-1][1] == 3
+        assert all("line_start" not in c.meta for c in chunks)
+        assert all("\f" not in c.content for c in chunks)
+
+    def test_a_description_the_text_lacks_leads_the_page(self):
+        [lead, *_] = HeadingChunker().run([_doc("## Setup\n\nRun it.", description="How to set it up.")])["documents"]
+        assert lead.content.startswith("How to set it up.")
+        said = HeadingChunker().run([_doc("How to set it up. Run it.", description="How to set it up.")])
+        assert said["documents"][0].content == "How to set it up. Run it."

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import pytest
+from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
+
+from components.preprocessors.knowledge_metadata import KnowledgeMetadata
+
+
+def _run(*docs: Document, **init) -> dict:
+    return KnowledgeMetadata(**init).run(documents=list(docs))
+
+
+class TestKnowledgeMetadata:
+    def test_init_defaults_and_invalid(self):
+        component = KnowledgeMetadata()
+        assert (component.category_fields, component.folder_category) == (None, True)
+        with pytest.raises(ValueError, match="category_fields=\\[''\\] must be a list of field names"):
+            KnowledgeMetadata(category_fields=[""])
+
+    def test_to_dict_from_dict(self):
+        data = component_to_dict(KnowledgeMetadata(category_fields=["area"], folder_category=False), "metadata")
+        assert data["init_parameters"]["category_fields"] == ["area"]
+        restored = component_from_dict(KnowledgeMetadata, data, "metadata")
+        assert (restored.category_fields, restored.folder_category) == (["area"], False)
+
+    def test_category_from_the_first_field_with_a_value_else_the_top_folder(self):
+        docs = [
+            Document(content="a", meta={"source": "x/a.md", "category": "", "categories": ["install", "macos"]}),
+            Document(content="b", meta={"source": "guides/deep/b.md"}),
+            Document(content="c", meta={"source": "c.md"}),
+            Document(content="d", meta={"source": "x/d.md", "area": "billing"}),
+        ]
+        out = _run(*docs)["documents"]
+        assert [d.meta["category"] for d in out] == ["install", "guides", "", "x"]
+        configured = _run(*docs, category_fields=["area"], folder_category=False)["documents"]
+        assert [d.meta["category"] for d in configured] == ["", "", "", "billing"]
+
+    def test_title_keywords_markup_and_description(self):
+        page = Document(
+            content="```\n# not this\n```\n## Setup\ntext",
+            meta={"source": "a.md", "tags": ["hugo", "macos"], "keywords": "install, hugo", "summary": "How to."},
+        )
+        pdf = Document(content="FastPCA: fast SVD\nbody", meta={"source": "papers/p.pdf"})
+        text = Document(content="# a comment, not a heading\n" + "x" * 200, meta={"source": "notes.txt"})
+        [a, b, c] = _run(page, pdf, text)["documents"]
+        assert (a.meta["title"], a.meta["markup"], a.meta["description"]) == ("Setup", "markdown", "How to.")
+        assert a.meta["keywords"] == ["install", "hugo", "macos"]
+        assert (b.meta["title"], b.meta["markup"]) == ("FastPCA: fast SVD", "text")
+        assert (c.meta["title"], c.meta["markup"]) == ("# a comment, not a heading", "text")
+        assert a.meta["doc_id"] == "a.md" and a.meta["doc_version"]
+
+    def test_a_page_of_front_matter_only_is_its_description_or_skipped_with_why(self):
+        section = Document(content="\n\n", meta={"source": "install/_index.md", "description": "Install Hugo."})
+        empty = Document(content="", meta={"source": "install/empty.md", "title": "Empty"})
+        out = _run(section, empty)
+        assert [(d.content, d.meta["title"]) for d in out["documents"]] == [("Install Hugo.", "_index")]
+        assert out["skipped"] == [
+            {"source": "install/empty.md", "reason": "no text: front matter only, with no description or summary"}
+        ]
+
+    def test_inputs_are_not_mutated_and_empty_input_gives_empty_output(self):
+        doc = Document(content="text", meta={"source": "a/b.md"})
+        _run(doc)
+        assert doc.meta == {"source": "a/b.md"}
+        assert _run() == {"documents": [], "skipped": []}

@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import pytest
+from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
+
+from components.preprocessors.markup_cleaner import MarkupCleaner, clean_markup
+
+LICENCE_PAGE = """<!--
+#
+# Licensed to the Apache Software Foundation (ASF) under one
+# or more contributor license agreements.
+#
+-->
+
+import Tabs from '@theme/Tabs';
+import TabItem from '@theme/TabItem';
+
+# cors
+
+:::tip 提示
+
+Use `<div>` and `{{< ref >}}` in code.
+
+:::
+
+<Tabs
+  groupId="api"
+  values={[
+    {label: 'Admin API', value: 'admin-api'},
+  ]}>
+<TabItem value="admin-api" label="Admin API">
+
+Press <Enter> to go.
+
+```shell
+# not a heading
+curl http://127.0.0.1:9180
+```
+
+</TabItem>
+</Tabs>
+"""
+
+
+def _md(text: str) -> Document:
+    return Document(content=text, meta={"source": "a.md", "markup": "markdown"})
+
+
+class TestMarkupCleaner:
+    def test_init_defaults_and_invalid(self):
+        assert MarkupCleaner().markups is None
+        with pytest.raises(ValueError, match="markups=\\[\\] cleans nothing"):
+            MarkupCleaner(markups=[])
+
+    def test_to_dict_from_dict(self):
+        data = component_to_dict(MarkupCleaner(markups=["markdown", "mdx"]), "markup")
+        assert data["init_parameters"] == {"markups": ["markdown", "mdx"]}
+        assert component_from_dict(MarkupCleaner, data, "markup").markups == ["markdown", "mdx"]
+
+    def test_a_docusaurus_page_keeps_its_words_code_and_line_count(self):
+        out = clean_markup(LICENCE_PAGE)
+        assert out.count("\n") == LICENCE_PAGE.count("\n")
+        for gone in ("<!--", "Licensed", "import Tabs", "<Tabs", "<TabItem", "</TabItem>", ":::", "groupId"):
+            assert gone not in out
+        lines = out.split("\n")
+        assert lines.index("# cors") == LICENCE_PAGE.split("\n").index("# cors")  # every line where it was
+        assert "提示" in lines and "Admin API" in lines  # the admonition's title and the tab's label stay as lines
+        assert "Use `<div>` and `{{< ref >}}` in code." in out  # inline code is never changed
+        assert "Press <Enter> to go." in out  # a bare capitalized word that nothing closes is prose
+        assert "```shell\n# not a heading\ncurl http://127.0.0.1:9180\n```" in out
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ('{{< note >}}Enable it {{% param "minVersion" %}}.{{< /note >}}', "Enable it ."),
+            ("{{< new-in v0.159.2 />}} New.", " New."),
+            ("See [Troubleshooting]({{ '/docs/troubleshooting/' | relative_url }}).", "See Troubleshooting."),
+            ("Version {{ site.data.ruby.current_version }} {% raw %}x{% endraw %}", "Version  x"),
+            ("Read [the docs][docs] now.\n\n[docs]: https://example.org/docs", "Read the docs now.\n\n"),
+            ("## Linking to pages {#link}", "## Linking to pages"),
+            ("> [!NOTE]\n> Hello", "> \n> Hello"),
+            ("{/* a comment */}Text<br/>", "Text"),
+            ("<details><summary>More</summary>Body</details>", "MoreBody"),
+        ],
+    )
+    def test_shortcodes_liquid_links_and_tags_leave_their_text(self, text, expected):
+        assert clean_markup(text) == expected
+
+    def test_mkdocs_admonitions_and_tabs_keep_title_and_body_at_the_margin(self):
+        text = '!!! warning "Careful"\n    Indented body.\n\n=== "Tab one"\n\n    Inside the tab.\n\nAfter.'
+        assert clean_markup(text) == "Careful\nIndented body.\n\nTab one\n\nInside the tab.\n\nAfter."
+
+    def test_code_shortcodes_become_fences_so_their_hash_lines_are_no_headings(self):
+        text = (
+            "{{< code-toggle file=hugo >}}\n[params]\n# comment\n{{< /code-toggle >}}\n"
+            "{% highlight ruby %}\n# x\n{% endhighlight %}"
+        )
+        assert clean_markup(text) == "```\n[params]\n# comment\n```\n```\n# x\n```"
+
+    def test_an_unclosed_comment_hides_the_rest_but_keeps_the_lines(self):
+        assert clean_markup("text\n<!-- open\n# not a heading\n") == "text\n\n\n"
+
+    def test_only_documents_of_the_cleaned_markups_are_touched_and_inputs_are_not_mutated(self):
+        plain = Document(content="<!-- a pdf's text -->", meta={"source": "a.pdf", "markup": "text"})
+        unset = Document(content="<!-- html as markdown -->", meta={"source": "a.html"})
+        page = _md("<!-- x -->\n# T")
+        out = MarkupCleaner().run(documents=[plain, unset, page])["documents"]
+        assert out[0] is plain and out[1] is unset
+        assert out[2].content == "\n# T" and page.content == "<!-- x -->\n# T"
+        assert out[2].meta == page.meta
+
+    def test_empty_input_gives_empty_output(self):
+        assert MarkupCleaner().run(documents=[]) == {"documents": []}
+        assert MarkupCleaner().run(documents=[_md("")])["documents"][0].content == ""
