@@ -13,7 +13,7 @@ import json
 import mimetypes
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,7 @@ class IndexSummary:
     failures: list[dict[str, str]] = field(default_factory=list)
     unsupported: list[dict[str, str]] = field(default_factory=list)  # files of a type no converter takes: source, type
     not_indexed: list[dict[str, str]] = field(default_factory=list)  # read, but no text to index (a section page)
+    estimate: dict[str, Any] = field(default_factory=dict)  # what the run expected before it began (`estimate_of`)
     warnings: list[dict[str, str]] = field(default_factory=list)  # indexed, with something to fix (an include)
     cleanup_error: str | None = None
     bm25: str = ""  # BM25 inside Milvus: `milvus` (the collection has the full-text field) or `in-process` (none)
@@ -99,6 +100,7 @@ class IndexSummary:
             "failures": self.failures,
             "unsupported": self.unsupported,
             "not_indexed": self.not_indexed,
+            "estimate": self.estimate,
             "warnings": self.warnings,
             "duplicate_ids": self.duplicate_ids,
             "cleanup_error": self.cleanup_error,
@@ -107,6 +109,36 @@ class IndexSummary:
             "bm25_index": self.bm25_index,
             "statistics": self.statistics,
         }
+
+
+#: characters per second assumed before a first run has measured them: the rate of a documentation site on the
+#: 2-core machine the issue measured it on (747 chars/s); `bench` reports this machine's
+DEFAULT_CHARS_PER_SECOND = 750.0
+#: a run embedding fewer characters than this tells too little about the rate to keep it
+RATE_SAMPLE_CHARS = 5000
+
+
+def estimate_of(paths: list[Path], chars_per_second: float) -> dict[str, Any]:
+    """
+    What an index run of these files should take: their size at the rate of the last run (or the default rate).
+
+    :param paths: The files the run embeds.
+    :param chars_per_second: The measured rate (0: none yet).
+    :returns: `files`, `characters` (bytes on disk: a PDF's text is less than its bytes), `chars_per_second`,
+        `rate` (`measured by the last run` or `default`) and `minutes`.
+    """
+    size = 0
+    for path in paths:
+        with contextlib.suppress(OSError):
+            size += path.stat().st_size
+    rate = chars_per_second if chars_per_second > 0 else DEFAULT_CHARS_PER_SECOND
+    return {
+        "files": len(paths),
+        "characters": size,
+        "chars_per_second": round(rate, 1),
+        "rate": "measured by the last run" if chars_per_second > 0 else "default",
+        "minutes": round(size / rate / 60, 1),
+    }
 
 
 def indexed_document(meta: Mapping[str, Any], chunks: int) -> IndexedDocument:
@@ -335,6 +367,7 @@ class KnowledgeIndexer:
         self._model: str | None = None
         self._query_embedder: Any = None
         self._partials: list[dict[str, str]] = []
+        self._announce: Callable[[dict[str, Any]], None] | None = None
 
     @property
     def collection(self) -> KnowledgeStore:
@@ -499,7 +532,13 @@ class KnowledgeIndexer:
         left = {Path(str(p)) for p in entry.run(sources=paths).get("unclassified", [])}
         return [p for p in paths if p not in left], [p for p in paths if p in left]
 
-    def index(self, knowledge_dir: str | Path, rebuild: bool = False, progress: bool = True) -> IndexSummary:
+    def index(
+        self,
+        knowledge_dir: str | Path,
+        rebuild: bool = False,
+        progress: bool = True,
+        announce: Callable[[dict[str, Any]], None] | None = None,
+    ) -> IndexSummary:
         """
         Index the markdown files of a folder: changed and new files are (re-)embedded, deleted ones removed.
 
@@ -509,6 +548,8 @@ class KnowledgeIndexer:
         :param rebuild: Index everything again into a new collection, written beside the active one (which lookups
             keep reading) and switched to when complete; the old one is then dropped.
         :param progress: Show a progress bar.
+        :param announce: Called with the run's estimate (`estimate_of`) before anything is embedded, when there is
+            something to embed.
         :returns: The summary.
         :raises FileNotFoundError: If the folder does not exist.
         """
@@ -528,6 +569,7 @@ class KnowledgeIndexer:
                 os.replace(self.deployment.index_path, kept)
                 rebuild = True
             self._drop_leftovers()
+            self._announce = announce
             if not rebuild:
                 return self._index(root, started, progress)
             return self._rebuild(root, started, progress)
@@ -613,6 +655,9 @@ class KnowledgeIndexer:
         summary.crosslingual = self.collection.has_crosslingual()
         summary.deleted = len(set(old) - set(versions) - unreadable)
         fresh: dict[str, IndexedDocument] = {}
+        summary.estimate = estimate_of(todo, self._recorded().chars_per_second)
+        if todo and self._announce is not None:
+            self._announce(summary.estimate)
         batches = [todo[i : i + self.files_per_batch] for i in range(0, len(todo), self.files_per_batch)]
         with tqdm(total=len(todo), desc="Indexing", unit="file", disable=not progress or not todo) as bar:
             for batch in batches:
@@ -629,6 +674,7 @@ class KnowledgeIndexer:
         active.update(fresh)
         summary.duplicate_ids = _duplicate_ids(active)
         unchanged = not fresh and not summary.deleted and bool(previous.term_categories)
+        summary.seconds = time.perf_counter() - started  # so far: the rate the next run's estimate uses
         index = self.record(
             list(active.values()),
             previous=previous,
@@ -743,7 +789,10 @@ class KnowledgeIndexer:
             embedding_model=self.embedding_model,
             documents=sorted(documents, key=lambda d: d.source),
             term_categories=previous.term_categories,  # until they are counted again below
+            chars_per_second=previous.chars_per_second,
         )
+        if summary is not None and summary.characters >= RATE_SAMPLE_CHARS and summary.seconds > 0:
+            index.chars_per_second = round(summary.characters / summary.seconds, 1)
         if replacing is not None:
             return self._switch(index, replacing, summary)
         index.statistics = previous.statistics

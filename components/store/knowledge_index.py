@@ -59,6 +59,8 @@ class KnowledgeIndex(BaseModel):
     term_categories: dict[str, dict[str, int]] = Field(default_factory=dict)
     # language centroids and the noise ceiling of the collection's active chunks, as of this index run
     statistics: CollectionStatistics | None = None
+    # characters embedded per second by the last run that embedded enough to tell (an index run's estimate)
+    chars_per_second: float = 0.0
 
     @classmethod
     def load(cls, path: str | Path) -> KnowledgeIndex:

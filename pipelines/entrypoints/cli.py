@@ -108,15 +108,31 @@ def cmd_index(args: argparse.Namespace) -> int:
     indexer = KnowledgeIndexer(
         deployment, pipeline_path=args.pipeline or DEFAULT_INDEXING_PIPELINE, component_params=overrides
     )
+    announce = None if args.json or args.quiet else _print_estimate
     try:
-        summary = indexer.index(args.knowledge, rebuild=args.rebuild, progress=not args.quiet).as_dict()
+        summary = indexer.index(args.knowledge, rebuild=args.rebuild, progress=not args.quiet, announce=announce)
+        if args.json:
+            print(json.dumps(summary.as_dict(), ensure_ascii=False, indent=1))
+        else:
+            _print_index_summary(summary.as_dict(), deployment)
+        if args.watch:
+            from pipelines.watching import watch_and_index
+
+            watch_and_index(indexer, args.knowledge, debounce_ms=args.debounce_ms, json_lines=args.json)
     finally:
         indexer.close()
-    if args.json:
-        print(json.dumps(summary, ensure_ascii=False, indent=1))
-    else:
-        _print_index_summary(summary, deployment)
     return 0
+
+
+def _print_estimate(estimate: dict) -> None:
+    """A run of some length says first what it expects, so that nobody waits without knowing for how long."""
+    if estimate["minutes"] < 0.5:
+        return
+    print(
+        f"Indexing {estimate['files']} files ({estimate['characters']:,} bytes): about {estimate['minutes']:.0f} min "
+        f"at {estimate['chars_per_second']:.0f} chars/s ({estimate['rate']})",
+        flush=True,
+    )
 
 
 def _print_result(result: dict) -> None:
@@ -331,6 +347,14 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--pipeline", default=None, help="indexing pipeline YAML (default: the shipped indexing.yaml)")
     index.add_argument("--json", action="store_true", help="print the summary as JSON")
     index.add_argument("--quiet", action="store_true", help="no progress bar")
+    index.add_argument(
+        "--watch",
+        action="store_true",
+        help="after the run, index again whenever files change (deletions included) until stopped (Ctrl-C)",
+    )
+    index.add_argument(
+        "--debounce-ms", type=int, default=1500, help="--watch: wait this long after the last change (default 1500)"
+    )
     _add_set(index, "chunker.max_chars=800")
     index.set_defaults(func=cmd_index)
 
