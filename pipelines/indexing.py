@@ -141,6 +141,19 @@ def estimate_of(paths: list[Path], chars_per_second: float) -> dict[str, Any]:
     }
 
 
+def _version_or_missing(path: Path) -> str:
+    """A file's version, or `missing` when it cannot be read (an include that was deleted)."""
+    try:
+        return file_version_of(path)
+    except OSError:
+        return "missing"
+
+
+def _includes_changed(entry: IndexedDocument, root: Path) -> bool:
+    """Whether a file the document includes changed since it was indexed."""
+    return any(_version_or_missing(root / name) != version for name, version in entry.includes.items())
+
+
 def indexed_document(meta: Mapping[str, Any], chunks: int) -> IndexedDocument:
     """
     The knowledge index entry of a document.
@@ -368,6 +381,7 @@ class KnowledgeIndexer:
         self._query_embedder: Any = None
         self._partials: list[dict[str, str]] = []
         self._announce: Callable[[dict[str, Any]], None] | None = None
+        self._root = Path()
 
     @property
     def collection(self) -> KnowledgeStore:
@@ -489,10 +503,15 @@ class KnowledgeIndexer:
         for name in names:  # a converter that drops a file without a word (Haystack's log and skip)
             if name not in accounted:
                 summary.failures.append({"source": name, "reason": "the pipeline made no chunk of it"})
-        return [
+        entries = [
             indexed_document({**d["meta"], "source": d["source"], "doc_version": d["doc_version"]}, d["chunks"])
             for d in written
         ]
+        root = self._root
+        for entry, d in zip(entries, written, strict=True):
+            included = d["meta"].get("included_files") or []
+            entry.includes = {name: _version_or_missing(root / name) for name in included if isinstance(name, str)}
+        return entries
 
     @property
     def document_embedders(self) -> list[Any]:
@@ -634,13 +653,16 @@ class KnowledgeIndexer:
         self.writer.warm_up()
         old = previous.by_source()
         self._partials = []
+        self._root = root
         sources, unusable, unsupported = self._discover(root)
         versions = self._versions(sources, unusable)
         files = [*sources, *(f["source"] for f in unusable if f["source"] and not f["source"].endswith("/"))]
         todo = [
             p
             for p, source in sources.items()
-            if (entry := old.get(source)) is None or entry.doc_version != versions[source]
+            if (entry := old.get(source)) is None
+            or entry.doc_version != versions[source]
+            or _includes_changed(entry, root)
         ]
         summary = IndexSummary(
             files=len(files),

@@ -36,6 +36,9 @@ class IndexedDocument(BaseModel):
     entities: list[str] = Field(default_factory=list)
     doc_version: str
     chunks: int = 0
+    # the files its text includes (Hugo/Jekyll includes), by source, with the version each had when it was indexed:
+    # an edit to one of them indexes the page again
+    includes: dict[str, str] = Field(default_factory=dict)
 
 
 class KnowledgeIndex(BaseModel):

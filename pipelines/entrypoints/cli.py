@@ -326,6 +326,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         scales=parse_scales(args.scale),
         cold_start_runs=args.cold_start_runs,
         progress=lambda line: print(line, file=sys.stderr, flush=True),
+        formats=args.formats,
     )
     text = json.dumps(figures, ensure_ascii=False, indent=1)
     print(text)
@@ -450,6 +451,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="also time lookups on synthetic collections of these many chunks, e.g. 1k,10k,100k",
     )
     bench.add_argument("--cold-start-runs", type=int, default=5, help="fresh `ask` processes timed (0: none)")
+    bench.add_argument(
+        "--formats",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="FOLDER",
+        help="also time indexing per file type on the documents of FOLDER (default: the repository's real documents)",
+    )
     bench.set_defaults(func=cmd_bench)
     return parser
 

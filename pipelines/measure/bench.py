@@ -350,6 +350,50 @@ def index_throughput(indexer: KnowledgeIndexer, summary: IndexSummary, knowledge
     }
 
 
+#: the file types `--formats` times, each on the files of that type in the folder given
+FORMATS = {
+    "markdown": (".md", ".mdx"),
+    "html": (".html", ".htm"),
+    "pdf": (".pdf",),
+    "docx": (".docx",),
+    "text": (".txt",),
+}
+
+
+def index_throughput_by_format(folder: Path, work: Path) -> dict[str, dict[str, Any]]:
+    """
+    Indexing throughput per file type: the files of each type in `folder` (their folders kept, so that includes
+    resolve) indexed into a fresh data folder, next to the embedding models' own speed on the same chunks.
+
+    :param folder: Documents of several types (the repository's `tests/fixtures/real_docs` by default).
+    :param work: A folder for the copies and data folders.
+    :returns: Per type: files, chunks, characters, both speeds and `index_throughput_ratio`.
+    """
+    figures: dict[str, dict[str, Any]] = {}
+    for name, suffixes in FORMATS.items():
+        files = [p for p in sorted(folder.rglob("*")) if p.is_file() and p.suffix.lower() in suffixes]
+        files = [p for p in files if p.name not in ("SOURCES.md", "LICENSE.md", "README.md")]
+        if not files:
+            continue
+        kb = work / f"formats-{name}"
+        for path in files:
+            target = kb / path.relative_to(folder)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, target)
+        indexer = KnowledgeIndexer(Deployment.resolve(work / f"formats-{name}-data"))
+        try:
+            summary = indexer.index(kb, progress=False)
+            figures[name] = {
+                "files": summary.files,
+                "chunks": summary.chunks,
+                "characters": summary.characters,
+                **index_throughput(indexer, summary, kb),
+            }
+        finally:
+            indexer.close()
+    return figures
+
+
 def cold_start(data_dir: str | Path, query: str, runs: int = 5) -> dict[str, Any]:
     """
     Process start -> first answer of `lookup-knowledge ask`, in fresh processes.
@@ -533,6 +577,7 @@ def run_bench(
     scales: list[int] | None = None,
     cold_start_runs: int = 5,
     progress: Callable[[str], None] | None = None,
+    formats: str | Path | None = None,
 ) -> dict[str, Any]:
     """
     Index a knowledge folder into a fresh data folder, then time lookups of its eval questions (and at scale).
@@ -546,6 +591,8 @@ def run_bench(
     :param scales: Chunk counts of synthetic collections to time lookups on (e.g. `[1000, 10000, 100000]`).
     :param cold_start_runs: Fresh `ask` processes timed (0: skip the cold start).
     :param progress: Called with a line on every step.
+    :param formats: Also time indexing per file type on the documents of this folder (`index_throughput_by_format`;
+        '': the repository's `tests/fixtures/real_docs`).
     :returns: The figures.
     :raises ValueError: If a scale is not positive.
     """
@@ -596,6 +643,11 @@ def run_bench(
         )
         figures["p95_ratio_scales"] = [min(scales), max(scales)]
         figures["peak_rss_mb"] = {size: scale["peak_rss_mb"] for size, scale in figures["scales"].items()}
+    if formats is not None:
+        folder = Path(formats or REPO_ROOT / "tests" / "fixtures" / "real_docs").resolve()
+        say(f"indexing per format: {folder}")
+        formats_work = work.parent / f"{work.name}-formats"
+        figures["index_throughput_by_format"] = index_throughput_by_format(folder, formats_work)
     figures["configuration"]["load_average_at_end"] = _load_average()
     return figures
 

@@ -461,3 +461,40 @@ class TestIndexingPipelineShape:
             other.close()
         assert incremental == KnowledgeIndex.load(fresh.index_path).term_categories
         assert incremental["disk full"] == {"alerts": 1}  # a hint term, counted from the store's chunks
+
+
+class TestIncludesAndPartials:
+    def test_an_edited_include_indexes_the_pages_that_include_it_and_the_partial_is_no_page(self, tmp_path):
+        kb = tmp_path / "kb"
+        (kb / "_common").mkdir(parents=True)
+        (kb / "guide").mkdir()
+        (kb / "_common" / "brew.md").write_text("Install the tool with brew install alpha.\n", encoding="utf-8")
+        include = '{{% include "/_common/brew.md" %}}'
+        for name in ("mac", "linux"):
+            text = f"---\ntitle: {name}\n---\n# {name}\n\n## Homebrew\n\n{include}\n"
+            (kb / "guide" / f"{name}.md").write_text(text, encoding="utf-8")
+        (kb / "guide" / "other.md").write_text("# Other\n\nNothing included here.\n", encoding="utf-8")
+        deployment = Deployment.resolve(tmp_path / "data")
+        indexer = KnowledgeIndexer(deployment)
+        try:
+            first = indexer.index(kb, progress=False)
+            (kb / "_common" / "brew.md").write_text("Install the tool with brew install beta.\n", encoding="utf-8")
+            second = indexer.index(kb, progress=False)
+            third = indexer.index(kb, progress=False)
+            store = indexer.collection
+            texts = {
+                c.meta["source"]: c.content for c in store.chunks_of(store.active_versions()) if "brew" in c.content
+            }
+        finally:
+            indexer.close()
+        assert (first.indexed, first.not_indexed) == (
+            3,
+            [{"source": "_common/brew.md", "reason": first.not_indexed[0]["reason"]}],
+        )
+        assert (second.indexed, second.skipped, third.indexed) == (2, 1, 0)
+        assert texts == {
+            "guide/mac.md": "Install the tool with brew install beta.",
+            "guide/linux.md": "Install the tool with brew install beta.",
+        }
+        entry = KnowledgeIndex.load(deployment.index_path).by_source()["guide/mac.md"]
+        assert list(entry.includes) == ["_common/brew.md"]

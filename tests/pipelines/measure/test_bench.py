@@ -11,7 +11,14 @@ from sqlmodel import Session, select
 from components.trace.trace_store import ToolInvocation, TraceStore
 from pipelines.entrypoints.cli import main
 from pipelines.loading import parse_override
-from pipelines.measure.bench import FRAMEWORK, StageTimer, parse_scales, run_bench, store_label
+from pipelines.measure.bench import (
+    FRAMEWORK,
+    StageTimer,
+    index_throughput_by_format,
+    parse_scales,
+    run_bench,
+    store_label,
+)
 from pipelines.settings import Deployment
 
 pytestmark = pytest.mark.integration
@@ -193,3 +200,20 @@ class TestParseOverride:
         assert main(["bench", "--compare", "top_k=30"]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("lookup-knowledge: override 'top_k=30'") and "\n" not in err
+
+
+class TestIndexThroughputByFormat:
+    def test_each_type_is_indexed_on_its_own_and_timed_next_to_the_embedders(self, tmp_path: Path):
+        folder = tmp_path / "docs"
+        (folder / "site" / "_common").mkdir(parents=True)
+        (folder / "site" / "_common" / "inc.md").write_text("Included install text.\n", encoding="utf-8")
+        page = '# Install\n\n{{% include "/_common/inc.md" %}}\n\nMore words about installing the tool.\n'
+        (folder / "site" / "install.md").write_text(page, encoding="utf-8")
+        (folder / "notes.txt").write_text("Plain notes about the gate code 4711.\n" * 20, encoding="utf-8")
+        (folder / "SOURCES.md").write_text("# where the files come from\n", encoding="utf-8")
+        figures = index_throughput_by_format(folder, tmp_path / "work")
+        assert set(figures) == {"markdown", "text"}  # no file of the other types: not timed
+        assert (figures["markdown"]["files"], figures["text"]["files"]) == (1, 1)  # the partial is read, not indexed
+        for name in ("markdown", "text"):
+            assert figures[name]["chunks"] >= 1 and figures[name]["characters"] > 0
+            assert 0 < figures[name]["index_throughput_ratio"] < 2
