@@ -9,12 +9,10 @@ from haystack.dataclasses import ByteStream
 
 from components.core.file_version import file_version
 from components.core.frontmatter import FrontmatterError, split_frontmatter
+from components.core.markdown_text import FENCE, first_heading
 
 logger = logging.getLogger(__name__)
 
-_FIRST_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
-_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
-_FENCED = re.compile(r"^\s*(```|~~~).*?(?:^\s*\1|\Z)", re.DOTALL | re.MULTILINE)
 _KNOWN_KEYS = ("id", "title", "category", "domain", "keywords", "entities")
 
 
@@ -36,13 +34,6 @@ def _string_list(value: Any, field: str) -> list[str]:
     if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
         return [str(v).strip() for v in value if str(v).strip()]
     raise KnowledgeFileError(f"frontmatter field '{field}' must be a list of strings")
-
-
-def _first_heading(body: str) -> str:
-    """The first markdown heading outside code blocks and comments ('' for none)."""
-    visible = _FENCED.sub("", _COMMENT.sub("", body))
-    heading = _FIRST_HEADING.search(visible)
-    return heading.group(1) if heading else ""
 
 
 def parse_knowledge_file(
@@ -79,7 +70,7 @@ def parse_knowledge_file(
         raise KnowledgeFileError(str(err)) from err
     if not body.strip() and not front:
         raise KnowledgeFileError("the markdown body is empty")
-    title = str(front.get("title") or _first_heading(body) or Path(source).stem).strip()
+    title = str(front.get("title") or first_heading(body) or Path(source).stem).strip()
     category = front.get("category", front.get("domain"))
     if isinstance(category, list):  # `category: [a, b]`: the first
         category = next((c for c in category if isinstance(c, str | int)), None)
@@ -105,7 +96,6 @@ _INCLUDE = re.compile(
     r"\{\{[<%]-?\s*(?:include|readfile)\s+(?:file\s*=\s*)?[\"'`]?(?P<hugo>[^\"'`\s>%]+)[\"'`]?[^}]*?-?[>%]\}\}"
     r"|\{%-?\s*(?P<kind>include_relative|include)\s+[\"']?(?P<jekyll>[^\"'\s%]+)[\"']?[^%]*?-?%\}"
 )
-_FENCE_LINE = re.compile(r"^\s*(```|~~~)")
 #: how deep included files may include others
 MAX_INCLUDE_DEPTH = 3
 
@@ -180,7 +170,7 @@ class _Includes:
         origin: list[tuple[int, int]] = []
         fence = ""
         for number, line in enumerate(body.split("\n")):
-            fence_match = _FENCE_LINE.match(line)
+            fence_match = FENCE.match(line)
             if fence:
                 fence = "" if fence_match and fence_match.group(1) == fence else fence
             elif fence_match:

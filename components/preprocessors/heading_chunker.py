@@ -7,8 +7,9 @@ from typing import Any
 
 from haystack import Document, component
 
+from components.core.markdown_text import FENCE
+
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
-_FENCE = re.compile(r"^\s*(```|~~~)")
 _SENTENCE = re.compile(r".+?(?:[.!?;]+(?=\s)\s*|[。？！；]+\s*|$)", re.DOTALL)
 _CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
 
@@ -69,7 +70,7 @@ def _split_sections(body: str, headings: bool = True) -> list[_Section]:
         paragraph.clear()
 
     for number, line in enumerate(body.split("\n")):
-        fence_match = _FENCE.match(line) if headings else None
+        fence_match = FENCE.match(line) if headings else None
         if code is not None:
             code.append(line)
             if fence_match and fence_match.group(1) == fence:

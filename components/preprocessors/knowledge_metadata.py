@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import mimetypes
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -9,11 +8,10 @@ from typing import Any
 from haystack import Document, component, logging
 
 from components.core.file_version import file_version
+from components.core.markdown_text import first_heading
 
 logger = logging.getLogger(__name__)
 
-_FIRST_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
-_FENCED = re.compile(r"^\s*(```|~~~).*?(?:^\s*\1|\Z)", re.DOTALL | re.MULTILINE)
 
 DEFAULT_CATEGORY_FIELDS = ["category", "domain", "categories", "section"]
 DEFAULT_KEYWORD_FIELDS = ["keywords", "tags"]
@@ -38,10 +36,10 @@ def _texts(value: Any) -> list[str]:
     return []
 
 
-def _title_of(heading: re.Match[str] | None, first_line: str, markup: str) -> str:
+def _title_of(heading: str, first_line: str, markup: str) -> str:
     """The first heading of markdown; the first line of text (a PDF's title line) when it is short enough to be one."""
     if heading:
-        return heading.group(1)
+        return heading
     if markup == "text" and 3 <= len(first_line) <= 100:
         return first_line
     return ""
@@ -133,7 +131,7 @@ class KnowledgeMetadata:
         source = str(meta.get("source") or Path(str(meta.get("file_path") or doc.id)).name)
         markup = self._markup(meta, source)
         content = doc.content or ""
-        heading = _FIRST_HEADING.search(_FENCED.sub("", content)) if markup == "markdown" else None
+        heading = first_heading(content) if markup == "markdown" else ""
         first_line = next((line.strip() for line in content.split("\n") if line.strip()), "")
         description = next(
             (

@@ -7,6 +7,8 @@ from typing import Any
 
 from haystack import Document, component
 
+from components.core.markdown_text import FENCE
+
 #: shortcodes and Liquid blocks whose content is code: they become fenced blocks, so a `#` in them is no heading
 _CODE_SHORTCODES = ("highlight", "code", "code-toggle", "codeblock", "snippet")
 _CODE_OPEN = re.compile(
@@ -20,7 +22,6 @@ _CODE_CLOSE = re.compile(
     re.MULTILINE,
 )
 _RAW_TAG = re.compile(r"\{%-?\s*(?:raw|endraw)\s*-?%\}")
-_FENCE = re.compile(r"^\s*(```|~~~)")
 _INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1")
 
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
@@ -179,7 +180,7 @@ def clean_markup(text: str) -> str:
     prose: list[str] = []
     fence = ""
     for line in lines:
-        match = _FENCE.match(line)
+        match = FENCE.match(line)
         if fence:
             out.append(line)
             if match and match.group(1) == fence:
