@@ -9,7 +9,7 @@ from haystack.dataclasses import ByteStream
 
 from components.core.file_version import file_version
 from components.core.frontmatter import FrontmatterError, split_frontmatter
-from components.core.markdown_text import FENCE, first_heading
+from components.core.markdown_text import closes_fence, first_heading, opening_fence
 
 logger = logging.getLogger(__name__)
 
@@ -91,27 +91,34 @@ def parse_knowledge_file(
     return Document(content=body, meta=meta)
 
 
-#: Hugo's `include`/`readfile` shortcodes and Jekyll's `include`/`include_relative` tags, with the path they name
+#: Hugo's `include`/`readfile` shortcodes, Jekyll's `include`/`include_relative` tags and MkDocs' snippets, with the
+#: path they name
 _INCLUDE = re.compile(
     r"\{\{[<%]-?\s*(?:include|readfile)\s+(?:file\s*=\s*)?[\"'`]?(?P<hugo>[^\"'`\s>%]+)[\"'`]?[^}]*?-?[>%]\}\}"
     r"|\{%-?\s*(?P<kind>include_relative|include)\s+[\"']?(?P<jekyll>[^\"'\s%]+)[\"']?[^%]*?-?%\}"
+    # pymdownx.snippets, as MkDocs Material sites include: `--8<-- "path"` on a line of its own
+    r"|^[ \t]*-+8<-+[ \t]+[\"'](?P<snippet>[^\"'\n]+)[\"'][ \t]*$",
+    re.MULTILINE,
 )
 #: how deep included files may include others
 MAX_INCLUDE_DEPTH = 3
 
 
 def _include_candidates(target: str, kind: str, source: str, root: Path) -> list[Path]:
-    """Where an include's target may lie: Hugo's resolve against the content root, Jekyll's against `_includes/`."""
+    """
+    Where an include's target may lie: Hugo's against the content root, Jekyll's in the site's `_includes/`; the
+    site's root is the knowledge root or, when the knowledge folder holds the site lower down, a folder above the page.
+    """
     here = (root / source).parent
+    # the site's root is the knowledge root or a folder above the page (a knowledge folder may hold several sites)
+    sites = [f for f in (here, *here.parents) if f.is_relative_to(root)]
     if kind == "include_relative":
         return [here / target]
-    if kind == "include":  # the site's `_includes`: the site root is the page's folder or one above it
-        folders = [here, *here.parents]
-        sites = [f for f in folders if f == root or f.is_relative_to(root)]
+    if kind == "include":  # Jekyll: the site's `_includes`
         return [f / "_includes" / target for f in sites] + [root / target.lstrip("/")]
-    if target.startswith("/"):
-        return [root / target.lstrip("/")]
-    return [here / target, root / target]
+    if target.startswith("/"):  # Hugo: the site's content root
+        return [f / target.lstrip("/") for f in reversed(sites)]
+    return [here / target, *(f / target for f in reversed(sites))]
 
 
 class _Includes:
@@ -126,7 +133,7 @@ class _Includes:
         self.included: list[str] = []
 
     def _read(self, match: re.Match[str], source: str, depth: int, seen: tuple[str, ...]) -> str | None:
-        target = match.group("hugo") or match.group("jekyll") or ""
+        target = match.group("hugo") or match.group("jekyll") or match.group("snippet") or ""
         kind = match.group("kind") or ""
         if self.root is None:
             self.unresolved.append(f"{target} (no knowledge root to resolve it against)")
@@ -170,12 +177,11 @@ class _Includes:
         origin: list[tuple[int, int]] = []
         fence = ""
         for number, line in enumerate(body.split("\n")):
-            fence_match = FENCE.match(line)
             if fence:
-                fence = "" if fence_match and fence_match.group(1) == fence else fence
-            elif fence_match:
-                fence = fence_match.group(1)
-            elif "{" in line and _INCLUDE.search(line):
+                fence = "" if closes_fence(line, fence) else fence
+            elif opening_fence(line):
+                fence = opening_fence(line)
+            elif ("{" in line or "8<" in line) and _INCLUDE.search(line):
                 pieces = self._expand_line(line, source, depth, seen or (self.source,))
                 out.extend(pieces)
                 origin.extend((number, 0) for _ in pieces)
@@ -214,9 +220,10 @@ class MarkdownKnowledgeConverter:
 
     The content is the markdown body; the front matter (YAML `---`, TOML `+++` as Hugo writes it, or JSON) becomes the
     metadata: `id` (default: the file's source), `title` (default: the first heading outside code and comments),
-    `category` (alias `domain`), `keywords`, `entities`, and any other key as is. Hugo's `include`/`readfile` shortcodes
-    and Jekyll's `include`/`include_relative` tags are replaced by the body of the file they name when it lies under
-    the knowledge root (an include the converter cannot resolve stays, and is reported in `warnings`). `line_map`
+    `category` (alias `domain`), `keywords`, `entities`, and any other key as is. Hugo's `include`/`readfile` shortcodes,
+    Jekyll's `include`/`include_relative` tags and MkDocs' `--8<--` snippets are replaced by the body of the file they
+    name when it lies under the knowledge root (a site's root may be a folder below it); an include the converter
+    cannot resolve is reported in `warnings` (and the markup cleaner drops it). `line_map`
     says which line of the file each line of the content is, for the chunks' line ranges.
     Each file's `source` (its path relative to the knowledge root) and `doc_version` come with its `meta` (the indexer
     gives both; without them the source is the file name and the version the hash of the bytes). A file that cannot
@@ -282,7 +289,7 @@ class MarkdownKnowledgeConverter:
     def _with_includes(self, document: Document, root: Path | None) -> Document:
         """The document with its include shortcodes resolved; `unresolved_includes` names those that were not."""
         body = document.content or ""
-        if "{" not in body or not _INCLUDE.search(body):
+        if ("{" not in body and "8<" not in body) or not _INCLUDE.search(body):
             return document
         caps = (self.max_frontmatter_bytes, self.max_frontmatter_aliases)
         includes = _Includes(root, str(document.meta["source"]), self.max_file_bytes, caps)

@@ -4,11 +4,33 @@ from __future__ import annotations
 
 import re
 
-#: a line opening or closing a fenced code block (its marker in group 1)
-FENCE = re.compile(r"^\s*(```|~~~)")
+_FENCE = re.compile(r"^\s*(`{3,}|~{3,})(.*)$")
 _HEADING_LINE = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
-_FENCED = re.compile(r"^\s*(```|~~~).*?(?:^\s*\1|\Z)", re.DOTALL | re.MULTILINE)
+_FENCED = re.compile(r"^\s*(`{3,}|~{3,}).*?(?:^\s*\1|\Z)", re.DOTALL | re.MULTILINE)
+
+
+def opening_fence(line: str) -> str:
+    """
+    The marker of a code fence this line opens (```` ``` ````, ```` ```` ````, `~~~`...), '' when it opens none. A
+    backtick line that has more backticks after its marker is inline code, not a fence (CommonMark).
+    """
+    match = _FENCE.match(line)
+    if not match or (match.group(1)[0] == "`" and "`" in match.group(2)):
+        return ""
+    return match.group(1)
+
+
+def closes_fence(line: str, fence: str) -> bool:
+    """
+    Whether this line closes the code block `fence` opened: the same character, at least as many, nothing after.
+    A block opened with four backticks shows three-backtick fences as its text (docs about markdown do).
+    """
+    match = _FENCE.match(line)
+    if match is None:
+        return False
+    marker, rest = match.groups()
+    return marker[0] == fence[0] and len(marker) >= len(fence) and not rest.strip()
 
 
 def first_heading(text: str) -> str:

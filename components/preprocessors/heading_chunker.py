@@ -7,7 +7,7 @@ from typing import Any
 
 from haystack import Document, component
 
-from components.core.markdown_text import FENCE
+from components.core.markdown_text import closes_fence, opening_fence
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _SENTENCE = re.compile(r".+?(?:[.!?;]+(?=\s)\s*|[。？！；]+\s*|$)", re.DOTALL)
@@ -70,16 +70,16 @@ def _split_sections(body: str, headings: bool = True) -> list[_Section]:
         paragraph.clear()
 
     for number, line in enumerate(body.split("\n")):
-        fence_match = FENCE.match(line) if headings else None
         if code is not None:
             code.append(line)
-            if fence_match and fence_match.group(1) == fence:
+            if closes_fence(line, fence):
                 sections[-1].blocks.append(_Unit("\n".join(code), "code", number - len(code) + 1, number))
                 code = None
             continue
-        if fence_match:
+        opened = opening_fence(line) if headings else ""
+        if opened:
             flush_paragraph()
-            code, fence = [line], fence_match.group(1)
+            code, fence = [line], opened
             continue
         heading = _HEADING.match(line) if headings else None
         if heading:

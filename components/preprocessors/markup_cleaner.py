@@ -7,12 +7,13 @@ from typing import Any
 
 from haystack import Document, component
 
-from components.core.markdown_text import FENCE
+from components.core.markdown_text import closes_fence, opening_fence
 
 #: shortcodes and Liquid blocks whose content is code: they become fenced blocks, so a `#` in them is no heading
 _CODE_SHORTCODES = ("highlight", "code", "code-toggle", "codeblock", "snippet")
 _CODE_OPEN = re.compile(
-    r"^[ \t]*(?:\{\{[<%]-?\s*(?:" + "|".join(_CODE_SHORTCODES) + r")\b[^\n]*?[>%]\}\}"
+    # not a self-closing one (`{{< code-toggle config=x />}}` shows a configuration, it opens no block)
+    r"^[ \t]*(?:\{\{[<%]-?\s*(?:" + "|".join(_CODE_SHORTCODES) + r")\b[^\n]*?(?<!/)[>%]\}\}"
     r"|\{%-?\s*highlight\b[^\n]*?%\})[ \t]*$",
     re.MULTILINE,
 )
@@ -38,10 +39,12 @@ _LIQUID = re.compile(
     r"|\{\{-?[^{}|]*\|[^{}]*?-?\}\}",
     re.DOTALL,
 )
+#: MkDocs snippet lines left unresolved (`--8<-- "file"`, and the bare `--8<--` around a list of files)
+_SNIPPET = re.compile(r"^[ \t]*-+8<-+(?:[ \t]+[\"'][^\"'\n]*[\"'])?[ \t]*$", re.MULTILINE)
 #: a link whose target was a shortcode or Liquid tag, now empty: its text
 _EMPTY_LINK = re.compile(r"\[([^\[\]\n]+)\]\(\s*\)")
-#: a heading's `{#id}` anchor
-_HEADING_ID = re.compile(r"^(#{1,6}[ \t].*?)[ \t]*\{#[\w.-]+\}[ \t]*$", re.MULTILINE)
+#: a heading's attribute list: `{#id}`, `{ #id .class }`
+_HEADING_ID = re.compile(r"^(#{1,6}[ \t].*?)[ \t]*\{[ \t]*[#.][\w.-]+(?:[ \t]+[^}\n]*)?\}[ \t]*$", re.MULTILINE)
 #: HTML elements that are layout, never words; JSX components are the capitalized names
 _HTML_TAGS = (
     "a|abbr|b|br|center|details|div|em|figcaption|figure|font|hr|i|iframe|img|kbd|li|ol|p|picture|section|small|"
@@ -150,6 +153,7 @@ _PROSE: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
     (_MDX_EXPORT, _blank),
     (_HUGO, _blank),
     (_LIQUID, _blank),
+    (_SNIPPET, _blank),
     (_DOCUSAURUS, _title),
     (_GITHUB_ALERT, lambda m: m.group(1)),
     (_EMPTY_LINK, lambda m: m.group(1)),
@@ -180,17 +184,17 @@ def clean_markup(text: str) -> str:
     prose: list[str] = []
     fence = ""
     for line in lines:
-        match = FENCE.match(line)
         if fence:
             out.append(line)
-            if match and match.group(1) == fence:
+            if closes_fence(line, fence):
                 fence = ""
             continue
-        if match:
+        opened = opening_fence(line)
+        if opened:
             out.extend(_clean_prose("\n".join(prose)).split("\n") if prose else [])
             prose = []
             out.append(line)
-            fence = match.group(1)
+            fence = opened
             continue
         prose.append(line)
     if prose:

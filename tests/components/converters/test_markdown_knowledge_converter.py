@@ -198,6 +198,19 @@ class TestMarkdownKnowledgeConverter:
         segment = max((s for s in doc.meta["line_map"] if s[0] <= end), key=lambda s: s[0])
         assert file_lines[segment[1] + (end - segment[0]) - 1] == "end"
 
+    def test_a_site_below_the_knowledge_root_resolves_against_its_own_root(self, tmp_path: Path):
+        site = tmp_path / "kb" / "hugo" / "content"
+        (site / "_common").mkdir(parents=True)
+        (site / "guide").mkdir()
+        (site / "_common" / "brew.md").write_text("brew install hugo\n")
+        (site / "guide" / "mac.md").write_text(
+            '# Mac\n\n{{% include "/_common/brew.md" %}}\n\n--8<-- "_common/brew.md"\n'
+        )
+        out = MarkdownKnowledgeConverter().run(
+            sources=[site / "guide" / "mac.md"], meta={"source": "hugo/content/guide/mac.md"}
+        )
+        assert out["warnings"] == [] and out["documents"][0].content.count("brew install hugo") == 2
+
     def test_a_stream_without_a_path_reports_its_includes_unresolved(self):
         stream = ByteStream(b'# T\n\n{{% include "/x.md" %}}\n', meta={"source": "a.md"})
         out = MarkdownKnowledgeConverter().run(sources=[stream])

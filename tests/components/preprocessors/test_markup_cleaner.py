@@ -79,8 +79,10 @@ class TestMarkupCleaner:
             ("Version {{ site.data.ruby.current_version }} {% raw %}x{% endraw %}", "Version  x"),
             ("Read [the docs][docs] now.\n\n[docs]: https://example.org/docs", "Read the docs now.\n\n"),
             ("## Linking to pages {#link}", "## Linking to pages"),
+            ("## Context <small>optional</small> { #context }", "## Context optional"),
             ("> [!NOTE]\n> Hello", "> \n> Hello"),
             ("{/* a comment */}Text<br/>", "Text"),
+            ('Before.\n--8<-- "missing.md"\nAfter.', "Before.\n\nAfter."),
             ("<details><summary>More</summary>Body</details>", "MoreBody"),
         ],
     )
@@ -97,6 +99,14 @@ class TestMarkupCleaner:
             "{% highlight ruby %}\n# x\n{% endhighlight %}"
         )
         assert clean_markup(text) == "```\n[params]\n# comment\n```\n```\n# x\n```"
+
+    def test_a_self_closing_code_shortcode_opens_no_block(self):
+        text = "{{< code-toggle config=privacy.youTube />}}\n\n[source code]: <https://example.org>\nAfter."
+        assert clean_markup(text) == "\n\n\nAfter."
+
+    def test_a_four_backtick_block_shows_three_backtick_fences_as_code(self):
+        text = "````md\n```sh\n{{< x >}}\n```\n````\n{{< x >}}Prose."
+        assert clean_markup(text) == "````md\n```sh\n{{< x >}}\n```\n````\nProse."
 
     def test_an_unclosed_comment_hides_the_rest_but_keeps_the_lines(self):
         assert clean_markup("text\n<!-- open\n# not a heading\n") == "text\n\n\n"
