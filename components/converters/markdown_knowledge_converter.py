@@ -221,10 +221,10 @@ class MarkdownKnowledgeConverter:
     The content is the markdown body; the front matter (YAML `---`, TOML `+++` as Hugo writes it, or JSON) becomes the
     metadata: `id` (default: the file's source), `title` (default: the first heading outside code and comments),
     `category` (alias `domain`), `keywords`, `entities`, and any other key as is. Hugo's `include`/`readfile`
-    shortcodes, Jekyll's `include`/`include_relative` tags and MkDocs' `--8<--` snippets are replaced by the body of the file they
-    name when it lies under the knowledge root (a site's root may be a folder below it); an include the converter
-    cannot resolve is reported in `warnings` (and the markup cleaner drops it). `line_map`
-    says which line of the file each line of the content is, for the chunks' line ranges.
+    shortcodes, Jekyll's `include`/`include_relative` tags and MkDocs' `--8<--` snippets are replaced by the body of
+    the file they name when it lies under the knowledge root (a site's root may be a folder below it); an include the
+    converter cannot resolve is reported in `warnings` (and the markup cleaner drops it). `line_map` says which line
+    of the file each line of the content is, for the chunks' line ranges.
     Each file's `source` (its path relative to the knowledge root) and `doc_version` come with its `meta` (the indexer
     gives both; without them the source is the file name and the version the hash of the bytes). A file that cannot
     be read or parsed does not stop the run: it is reported in `failures` with its source and the reason.
