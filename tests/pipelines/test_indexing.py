@@ -365,7 +365,7 @@ class TestIndexingPipelineShape:
     """The indexing pipeline is routing -> converters -> cleaning -> chunking -> embedding -> writing, in its YAML."""
 
     def test_files_of_a_type_no_converter_takes_are_listed_hidden_ones_left_out(self, tmp_path, tiny_kb):
-        (tiny_kb / "notes.txt").write_text("plain text", encoding="utf-8")
+        (tiny_kb / "deck.pptx").write_bytes(b"PK\x03\x04 slides")
         (tiny_kb / "alerts" / "answers.jsonl").write_text('{"a": 1}\n', encoding="utf-8")
         (tiny_kb / ".draft.md").write_text("# Hidden\n\ntext", encoding="utf-8")
         (tiny_kb / ".git").mkdir()
@@ -378,7 +378,10 @@ class TestIndexingPipelineShape:
         assert (summary.files, summary.indexed, summary.failed) == (3, 3, 0)
         assert summary.unsupported == [
             {"source": "alerts/answers.jsonl", "type": ".jsonl"},
-            {"source": "notes.txt", "type": "text/plain"},
+            {
+                "source": "deck.pptx",
+                "type": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+            },
         ]
 
     def test_a_format_is_added_by_one_converter_and_a_yaml_edit(self, tmp_path, tiny_kb):
