@@ -99,14 +99,16 @@ class KnowledgeMetadata:
             if value is not None and not all(isinstance(v, str) and v for v in value):
                 msg = f"{name}={value!r} must be a list of field names; leave it unset for the defaults"
                 raise ValueError(msg)
-        self.category_fields = category_fields
+        self.category_fields = list(category_fields if category_fields is not None else DEFAULT_CATEGORY_FIELDS)
         self.folder_category = folder_category
-        self.keyword_fields = keyword_fields
-        self.description_fields = description_fields
-        self.plain_text_types = plain_text_types
+        self.keyword_fields = list(keyword_fields if keyword_fields is not None else DEFAULT_KEYWORD_FIELDS)
+        self.description_fields = list(
+            description_fields if description_fields is not None else DEFAULT_DESCRIPTION_FIELDS
+        )
+        self.plain_text_types = list(plain_text_types if plain_text_types is not None else DEFAULT_PLAIN_TEXT_TYPES)
 
     def _category(self, meta: dict[str, Any], source: str) -> str:
-        for name in self.category_fields or DEFAULT_CATEGORY_FIELDS:
+        for name in self.category_fields:
             if category := _first_text(meta.get(name)):
                 return category
         if self.folder_category and "/" in source:
@@ -115,7 +117,7 @@ class KnowledgeMetadata:
 
     def _keywords(self, meta: dict[str, Any]) -> list[str]:
         merged: list[str] = []
-        for name in self.keyword_fields or DEFAULT_KEYWORD_FIELDS:
+        for name in self.keyword_fields:
             merged.extend(k for k in _texts(meta.get(name)) if k not in merged)
         return merged
 
@@ -123,8 +125,7 @@ class KnowledgeMetadata:
         if meta.get("markup"):
             return str(meta["markup"])
         mime, _ = mimetypes.guess_type(source)
-        plain = self.plain_text_types if self.plain_text_types is not None else DEFAULT_PLAIN_TEXT_TYPES
-        return "text" if mime in plain else "markdown"
+        return "text" if mime in self.plain_text_types else "markdown"
 
     def _profiled(self, doc: Document) -> Document:
         meta = dict(doc.meta)
@@ -134,11 +135,7 @@ class KnowledgeMetadata:
         heading = first_heading(content) if markup == "markdown" else ""
         first_line = next((line.strip() for line in content.split("\n") if line.strip()), "")
         description = next(
-            (
-                text
-                for name in self.description_fields or DEFAULT_DESCRIPTION_FIELDS
-                if (text := _first_text(meta.get(name)))
-            ),
+            (text for name in self.description_fields if (text := _first_text(meta.get(name)))),
             "",
         )
         meta.update(

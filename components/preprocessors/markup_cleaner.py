@@ -240,7 +240,7 @@ class MarkupCleaner:
         if markups is not None and not markups:
             msg = "markups=[] cleans nothing; give the markup values to clean, e.g. ['markdown'], or leave it unset"
             raise ValueError(msg)
-        self.markups = markups
+        self.markups = list(markups) if markups is not None else ["markdown"]
 
     @component.output_types(documents=list[Document])
     def run(self, documents: list[Document]) -> dict[str, Any]:
@@ -250,7 +250,7 @@ class MarkupCleaner:
         :param documents: Converted documents; they are not modified.
         :returns: `documents`: cleaned copies (a document with nothing to clean is passed on as it is).
         """
-        markups = set(self.markups or ["markdown"])
+        markups = set(self.markups)
         cleaned: list[Document] = []
         for doc in documents:
             if doc.meta.get("markup") not in markups or not doc.content:

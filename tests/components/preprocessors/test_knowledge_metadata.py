@@ -14,7 +14,8 @@ def _run(*docs: Document, **init) -> dict:
 class TestKnowledgeMetadata:
     def test_init_defaults_and_invalid(self):
         component = KnowledgeMetadata()
-        assert (component.category_fields, component.folder_category) == (None, True)
+        assert component.category_fields == ["category", "domain", "categories", "section"]
+        assert (component.folder_category, component.plain_text_types) == (True, ["text/plain", "application/pdf"])
         with pytest.raises(ValueError, match="category_fields=\\[''\\] must be a list of field names"):
             KnowledgeMetadata(category_fields=[""])
 

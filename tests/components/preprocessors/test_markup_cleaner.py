@@ -49,7 +49,7 @@ def _md(text: str) -> Document:
 
 class TestMarkupCleaner:
     def test_init_defaults_and_invalid(self):
-        assert MarkupCleaner().markups is None
+        assert MarkupCleaner().markups == ["markdown"]
         with pytest.raises(ValueError, match="markups=\\[\\] cleans nothing"):
             MarkupCleaner(markups=[])
 
