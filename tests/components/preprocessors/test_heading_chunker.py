@@ -121,6 +121,14 @@ class TestHeadingChunker:
         [chunk] = chunks
         assert (chunk.meta["line_start"], chunk.meta["line_end"]) == (7, 9)
         assert "line_map" not in chunk.meta
+        # a chunk that ends inside the included lines ends on the include's line
+        body = "# T\n\nincluded one\nincluded two\n# U\n\nown text"
+        line_map = [[0, 5, 1], [2, 7, 0], [4, 8, 1]]
+        spans = [
+            (c.meta["line_start"], c.meta["line_end"])
+            for c in HeadingChunker().run([_doc(body, line_map=line_map)])["documents"]
+        ]
+        assert spans == [(7, 7), (10, 10)]
 
     def test_form_feeds_give_each_chunk_its_pages(self):
         body = "First page text.\fSecond page, one.\n\nSecond page, two.\fThird page."

@@ -21,6 +21,11 @@ class TestKnowledgeCleaner:
         assert out.content == "Disk full\nclean /var/log\ndone\tok  \n"
         assert out.meta == doc.meta and out.id == doc.id
 
+    def test_a_form_feed_stays_it_marks_a_pdf_page(self):
+        doc = Document(content="page one\fpage two\x0b", meta={"source": "a.pdf"})
+        [out] = KnowledgeCleaner().run(documents=[doc])["documents"]
+        assert out.content == "page one\fpage two"
+
     def test_trailing_spaces_go_only_when_asked(self):
         doc = Document(content="a  \nb\t\n", meta={"source": "a.md"})
         [out] = KnowledgeCleaner(strip_trailing_spaces=True).run(documents=[doc])["documents"]
