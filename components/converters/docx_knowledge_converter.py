@@ -157,6 +157,7 @@ class DocxKnowledgeConverter:
 
 
 def _name_of(source: str | Path | ByteStream) -> str:
+    """The name a failure is reported under: the source a router's stream carries, as the indexer knows the file."""
     if isinstance(source, ByteStream):
-        return str(source.meta.get("file_path") or "<bytes>")
+        return str(source.meta.get("source") or source.meta.get("file_path") or "<bytes>")
     return Path(source).name

@@ -65,6 +65,11 @@ class TestDocxKnowledgeConverter:
         assert [d.meta["source"] for d in out["documents"]] == ["good.docx"]
         assert [f["source"] for f in out["failures"]] == ["broken.docx", "tiny.docx"]
         assert "not a readable .docx file" in out["failures"][0]["reason"]
+        # as a router hands it on: the stream carries the source the index run names the file by
+        routed = ByteStream(
+            b"PK\x03\x04 not a zip", meta={"file_path": str(tmp_path / "broken.docx"), "source": "x/broken.docx"}
+        )
+        assert DocxKnowledgeConverter().run(sources=[routed])["failures"][0]["source"] == "x/broken.docx"
 
     def test_empty_input_gives_empty_output(self):
         assert DocxKnowledgeConverter().run(sources=[]) == {"documents": [], "failures": []}
