@@ -141,17 +141,25 @@ def estimate_of(paths: list[Path], chars_per_second: float) -> dict[str, Any]:
     }
 
 
-def _version_or_missing(path: Path) -> str:
-    """A file's version, or `missing` when it cannot be read (an include that was deleted)."""
-    try:
-        return file_version_of(path)
-    except OSError:
-        return "missing"
+class _IncludedVersions:
+    """The versions of included files, each hashed once per index run however many pages include it."""
 
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._versions: dict[str, str] = {}
 
-def _includes_changed(entry: IndexedDocument, root: Path) -> bool:
-    """Whether a file the document includes changed since it was indexed."""
-    return any(_version_or_missing(root / name) != version for name, version in entry.includes.items())
+    def __getitem__(self, name: str) -> str:
+        """A file's version, or `missing` when it cannot be read (an include that was deleted)."""
+        if name not in self._versions:
+            try:
+                self._versions[name] = file_version_of(self.root / name)
+            except OSError:
+                self._versions[name] = "missing"
+        return self._versions[name]
+
+    def changed(self, entry: IndexedDocument) -> bool:
+        """Whether a file the document includes changed since it was indexed."""
+        return any(self[name] != version for name, version in entry.includes.items())
 
 
 def indexed_document(meta: Mapping[str, Any], chunks: int) -> IndexedDocument:
@@ -381,7 +389,7 @@ class KnowledgeIndexer:
         self._query_embedder: Any = None
         self._partials: list[dict[str, str]] = []
         self._announce: Callable[[dict[str, Any]], None] | None = None
-        self._root = Path()
+        self._included = _IncludedVersions(Path())
 
     @property
     def collection(self) -> KnowledgeStore:
@@ -507,10 +515,9 @@ class KnowledgeIndexer:
             indexed_document({**d["meta"], "source": d["source"], "doc_version": d["doc_version"]}, d["chunks"])
             for d in written
         ]
-        root = self._root
         for entry, d in zip(entries, written, strict=True):
             included = d["meta"].get("included_files") or []
-            entry.includes = {name: _version_or_missing(root / name) for name in included if isinstance(name, str)}
+            entry.includes = {name: self._included[name] for name in included if isinstance(name, str)}
         return entries
 
     @property
@@ -647,13 +654,14 @@ class KnowledgeIndexer:
 
     def _index(self, root: Path, started: float, progress: bool, rebuild: _Rebuild | None = None) -> IndexSummary:
         """One run, under the data folder's lock; with `rebuild`, into the writer's new collection."""
-        previous = self._recorded() if rebuild is None else KnowledgeIndex()
+        recorded = self._recorded()
+        previous = recorded if rebuild is None else KnowledgeIndex()
         if previous.documents and not self.collection.exists():
             previous = KnowledgeIndex()  # the collection is gone: everything is indexed again
         self.writer.warm_up()
         old = previous.by_source()
         self._partials = []
-        self._root = root
+        self._included = _IncludedVersions(root)
         sources, unusable, unsupported = self._discover(root)
         versions = self._versions(sources, unusable)
         files = [*sources, *(f["source"] for f in unusable if f["source"] and not f["source"].endswith("/"))]
@@ -662,7 +670,7 @@ class KnowledgeIndexer:
             for p, source in sources.items()
             if (entry := old.get(source)) is None
             or entry.doc_version != versions[source]
-            or _includes_changed(entry, root)
+            or self._included.changed(entry)
         ]
         summary = IndexSummary(
             files=len(files),
@@ -677,7 +685,7 @@ class KnowledgeIndexer:
         summary.crosslingual = self.collection.has_crosslingual()
         summary.deleted = len(set(old) - set(versions) - unreadable)
         fresh: dict[str, IndexedDocument] = {}
-        summary.estimate = estimate_of(todo, self._recorded().chars_per_second)
+        summary.estimate = estimate_of(todo, recorded.chars_per_second)
         if todo and self._announce is not None:
             self._announce(summary.estimate)
         batches = [todo[i : i + self.files_per_batch] for i in range(0, len(todo), self.files_per_batch)]
