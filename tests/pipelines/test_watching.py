@@ -10,7 +10,6 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 from watchfiles import Change
 
@@ -20,6 +19,7 @@ from pipelines.settings import Deployment
 from pipelines.watching import KnowledgeChanges
 from tests.conftest import write_tiny_kb
 from tests.postgres_server import free_port
+from tests.served_lookup import post_lookup
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _CLI = [sys.executable, "-m", "pipelines.entrypoints.cli"]
@@ -56,18 +56,6 @@ def _wait_for(lines: queue.Queue, text: str, timeout: float = 240) -> list[str]:
         if text in line:
             return seen
     raise AssertionError(f"{text!r} never printed; got {seen}")
-
-
-def _lookup(port: int, query: str, timeout: float = 180) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            response = httpx.post(f"http://127.0.0.1:{port}/lookup", json={"query": query}, timeout=60)
-            response.raise_for_status()
-            return response.json()
-        except httpx.TransportError:
-            assert time.monotonic() < deadline, "the server did not answer"
-            time.sleep(0.2)
 
 
 class TestKnowledgeChanges:
@@ -144,17 +132,19 @@ class TestWatch:
                 text=True,
             )
             question = "what is the vault door code of the east data hall?"
-            assert _lookup(port, question)["found"] is False
+            assert post_lookup(port, question, timeout=180)["found"] is False
 
             (kb / "ops").mkdir(exist_ok=True)
             (kb / "ops" / "vault.md").write_text(NEW_PAGE, encoding="utf-8")
             _wait_for(out, "1 indexed")
-            answer = _lookup(port, question)
+            answer = post_lookup(port, question, timeout=180)
             assert answer["found"] is True and answer["evidenceBlocks"][0]["source"] == "ops/vault.md"
 
             (kb / "ops" / "vault.md").unlink()
             _wait_for(out, "1 deleted")
-            assert "ops/vault.md" not in {b["source"] for b in _lookup(port, question)["evidenceBlocks"]}
+            assert "ops/vault.md" not in {
+                b["source"] for b in post_lookup(port, question, timeout=180)["evidenceBlocks"]
+            }
 
             watcher.send_signal(signal.SIGTERM)
             assert watcher.wait(timeout=60) == 0

@@ -13,7 +13,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from components.retrievers.filtered_retry_retriever import FilteredRetryRetriever
@@ -24,6 +23,7 @@ from pipelines.settings import Deployment
 from tests.conftest import write_tiny_kb
 from tests.lite_server import LiteServer
 from tests.postgres_server import free_port
+from tests.served_lookup import post_lookup
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "disk usage above 90 percent on a node"
@@ -292,7 +292,7 @@ class TestOnTheDefaultDataFolder:
             for proc in done:
                 assert proc.returncode == 0 and "Traceback" not in proc.stderr, (proc.args, proc.stderr)
             assert json.loads(done[0].stdout)["evidenceStatus"] == "evidence"
-            answer = _post_lookup(port, QUESTION)
+            answer = post_lookup(port, QUESTION)
             assert answer["evidenceStatus"] == "evidence"
         finally:
             serve.terminate()
@@ -317,12 +317,12 @@ class TestOnTheDefaultDataFolder:
         def look() -> None:
             while not stop.is_set():
                 try:
-                    answers.append(_post_lookup(port, QUESTION))
+                    answers.append(post_lookup(port, QUESTION))
                 except BaseException as err:  # shown by the assertion below
                     errors.append(err)
 
         try:
-            assert _post_lookup(port, QUESTION)["evidenceStatus"] == "evidence"
+            assert post_lookup(port, QUESTION)["evidenceStatus"] == "evidence"
             threads = [threading.Thread(target=look) for _ in range(2)]
             for thread in threads:
                 thread.start()
@@ -338,21 +338,8 @@ class TestOnTheDefaultDataFolder:
             assert errors == [] and answers
             assert [a["evidenceStatus"] for a in answers] == ["evidence"] * len(answers)
             assert all(len(_version_of_blocks(a)) == 1 for a in answers)
-            assert _version_of_blocks(_post_lookup(port, QUESTION)) == {"2"}  # served without a restart
+            assert _version_of_blocks(post_lookup(port, QUESTION)) == {"2"}  # served without a restart
         finally:
             serve.terminate()
             _, err = serve.communicate(timeout=60)
         assert "Traceback" not in err, err
-
-
-def _post_lookup(port: int, query: str, timeout: float = 120) -> dict:
-    """POST /lookup on a served tool, waiting for it to listen first."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            response = httpx.post(f"http://127.0.0.1:{port}/lookup", json={"query": query}, timeout=60)
-            response.raise_for_status()
-            return response.json()
-        except httpx.TransportError:
-            assert time.monotonic() < deadline, "the server did not answer"
-            time.sleep(0.2)
