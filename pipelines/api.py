@@ -16,6 +16,9 @@ from typing import Any
 
 from haystack import Pipeline, tracing
 
+from components.evidence.context_packer import ContextPacker
+from components.evidence.session_evidence_filter import SessionEvidenceFilter
+from components.query.document_filter_resolver import DocumentFilterResolver
 from components.query.query_transformer import QueryTransformer
 from components.trace.session_key import normalize_session_id
 from components.trace.trace_recorder import TraceRecorder
@@ -63,22 +66,51 @@ def load_pipeline(
     return pipeline
 
 
-def lookup_inputs(pipeline: Pipeline, query: Any, session_id: str | None = None) -> dict[str, dict[str, Any]]:
+def _add_input(
+    inputs: dict[str, dict[str, Any]], pipeline: Pipeline, cls: type, socket: str, value: Any, argument: str
+) -> None:
+    """Address an optional argument to the one node of a type; an argument the pipeline has no node for is refused."""
+    if value is None:
+        return
+    names = [name for name, comp in pipeline.walk() if isinstance(comp, cls)]
+    if len(names) != 1:
+        msg = f"this lookup pipeline cannot take `{argument}`: it needs exactly one {cls.__name__}, it has {names}"
+        raise ValueError(msg)
+    inputs.setdefault(names[0], {})[socket] = value
+
+
+def lookup_inputs(
+    pipeline: Pipeline,
+    query: Any,
+    session_id: str | None = None,
+    *,
+    filters: Mapping[str, Any] | None = None,
+    max_chars: int | None = None,
+    exclude: list[str] | None = None,
+) -> dict[str, dict[str, Any]]:
     """
     The `Pipeline.run` inputs of one lookup, addressed to the pipeline's own node names.
 
     :param pipeline: A lookup pipeline.
     :param query: The agent's query (a non-string is rejected by the query transformer, and recorded).
     :param session_id: Optional session.
+    :param filters: The caller's explicit filters, for the `DocumentFilterResolver`.
+    :param max_chars: The caller's character budget, for the `ContextPacker`.
+    :param exclude: Evidence keys earlier pages delivered (a cursor's), for the `SessionEvidenceFilter`.
     :returns: The inputs.
-    :raises ValueError: If the pipeline lacks a `QueryTransformer` or a `TraceRecorder`.
+    :raises ValueError: If the pipeline lacks a `QueryTransformer` or a `TraceRecorder`, or the node an optional
+        argument goes to.
     """
     transformer, _ = node_of_type(pipeline, QueryTransformer)
     recorder, _ = node_of_type(pipeline, TraceRecorder)
-    return {
+    inputs: dict[str, dict[str, Any]] = {
         transformer: {"query": query, "session_id": session_id},
         recorder: {"raw_query": query if isinstance(query, str) else repr(query)},
     }
+    _add_input(inputs, pipeline, DocumentFilterResolver, "filters", dict(filters) if filters else None, "filters")
+    _add_input(inputs, pipeline, ContextPacker, "char_budget", max_chars, "max_chars")
+    _add_input(inputs, pipeline, SessionEvidenceFilter, "exclude", list(exclude) if exclude else None, "cursor")
+    return inputs
 
 
 #: striped locks: lookups of one session are serialized (read session memory, answer, record), a bounded set of
@@ -94,7 +126,15 @@ def _session_lock(session_id: str | None) -> contextlib.AbstractContextManager[A
     return _SESSION_LOCKS[zlib.crc32(session.encode("utf-8", "surrogatepass")) % len(_SESSION_LOCKS)]
 
 
-def lookup(pipeline: Pipeline, query: Any, session_id: str | None = None) -> dict[str, Any]:
+def lookup(
+    pipeline: Pipeline,
+    query: Any,
+    session_id: str | None = None,
+    *,
+    filters: Mapping[str, Any] | None = None,
+    max_chars: int | None = None,
+    exclude: list[str] | None = None,
+) -> dict[str, Any]:
     """
     Run one `lookup_knowledge` call through a loaded pipeline; every call leaves exactly one trace row.
 
@@ -107,13 +147,22 @@ def lookup(pipeline: Pipeline, query: Any, session_id: str | None = None) -> dic
     :param pipeline: From `load_pipeline`.
     :param query: The agent's query (a non-string is rejected by the query transformer, and recorded).
     :param session_id: Optional session; evidence already returned in it is not returned again.
+    :param filters: Explicit filters (`category`, `tags`, `source_prefix`, `updated_after`, declared fields): strict.
+    :param max_chars: The character budget of the evidence (capped by the packer's `max_char_budget`).
+    :param exclude: Evidence keys not to return again (what a cursor's earlier pages delivered).
     :returns: The camelCase `LookupResult` JSON (with `traceId`).
     """
-    return lookup_with_details(pipeline, query, session_id)[0]
+    return lookup_with_details(pipeline, query, session_id, filters=filters, max_chars=max_chars, exclude=exclude)[0]
 
 
 def lookup_with_details(
-    pipeline: Pipeline, query: Any, session_id: str | None = None
+    pipeline: Pipeline,
+    query: Any,
+    session_id: str | None = None,
+    *,
+    filters: Mapping[str, Any] | None = None,
+    max_chars: int | None = None,
+    exclude: list[str] | None = None,
 ) -> tuple[dict[str, Any], Mapping[str, Any]]:
     """
     `lookup`, also returning what the trace row records about the call (for measuring it: `eval`).
@@ -121,6 +170,9 @@ def lookup_with_details(
     :param pipeline: From `load_pipeline`.
     :param query: The agent's query.
     :param session_id: Optional session.
+    :param filters: As for `lookup`.
+    :param max_chars: As for `lookup`.
+    :param exclude: As for `lookup`.
     :returns: The `LookupResult` JSON, and the snake_case `retrieval_details` recorded with it (L0 hints, the
         retrieval trace, the `ranking` the evidence gate judged, the sidecar's report, ...).
     """
@@ -131,7 +183,8 @@ def lookup_with_details(
         tracing.tracer.trace("lookup_knowledge", tags={"lookup_knowledge.tool": recorder.tool_name}) as span,
     ):
         try:
-            out = pipeline.run(lookup_inputs(pipeline, query, session_id))[name]
+            inputs = lookup_inputs(pipeline, query, session_id, filters=filters, max_chars=max_chars, exclude=exclude)
+            out = pipeline.run(inputs)[name]
             result, details = out["result"], out["details"]
         except Exception as err:  # the pipeline stopped before its recorder: the call is still recorded, once
             result = recorder.record_failure(query, session_id, err, started_at=started_at)

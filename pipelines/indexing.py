@@ -178,6 +178,8 @@ def indexed_document(meta: Mapping[str, Any], chunks: int) -> IndexedDocument:
         category=str(meta.get("category") or ""),
         keywords=[str(k) for k in meta.get("keywords") or []],
         entities=[str(e) for e in meta.get("entities") or []],
+        updated=str(meta.get("updated") or ""),
+        fields={str(k): [str(v) for v in values] for k, values in (meta.get("fields") or {}).items()},
         doc_version=str(meta["doc_version"]),
         chunks=chunks,
     )

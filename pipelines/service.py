@@ -8,24 +8,39 @@ serialized, so that two of them never both return the same evidence.
 
 from __future__ import annotations
 
+import re
 import threading
+import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from haystack import Pipeline
+from haystack import Document, Pipeline, logging
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from components.core.cursor import Cursor
+from components.query.document_filter_resolver import DocumentFilterResolver
 from components.query.query_transformer import QueryTransformer
 from components.store.knowledge_collection import KnowledgeCollection
-from components.store.knowledge_index import CachedKnowledgeIndex, IndexedDocument
+from components.store.knowledge_index import CachedKnowledgeIndex, IndexedDocument, KnowledgeIndex
 from components.trace.trace_recorder import TraceRecorder
 from pipelines.api import load_pipeline, lookup
 from pipelines.entrypoints.dify_knowledge import DEFAULT_KNOWLEDGE_ID
+from pipelines.knowledge_reads import DocumentRead, EvidenceRead, facets_of, read_document, read_evidence
 from pipelines.loading import node_of_type
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, Deployment
+from pipelines.tool_contract import tool_description
 
 __all__ = ["Health", "KnowledgeService"]
+
+logger = logging.getLogger(__name__)
+
+#: a tool name MCP clients accept
+TOOL_NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: categories a default tool description names (the most common first)
+DESCRIBED_CATEGORIES = 8
 
 
 class Health(BaseModel):
@@ -43,6 +58,23 @@ class Health(BaseModel):
     documents: int = Field(description="Documents in the knowledge index.")
     chunks: int | None = Field(description="Rows in the collection (null when the store did not answer).")
     error: str | None = None
+
+
+def _paged(
+    query: Any, filters: dict[str, Any] | None, cursor: Any
+) -> tuple[Any, dict[str, Any] | None, list[str] | None]:
+    """The query, filters and evidence keys to hold back of a call: its own, or its cursor's next page."""
+    if cursor is None or cursor == "":
+        return query, filters, None
+    page = Cursor.decode(cursor)
+    given = " ".join(query.split()) if isinstance(query, str) else query
+    if given not in (None, "", page.query):
+        msg = f"this cursor continues the lookup of {page.query[:200]!r}, not {str(given)[:200]!r}: pass the same query"
+        raise ValueError(msg)
+    if filters and dict(filters) != page.filters:
+        msg = "this cursor continues a lookup with other filters: pass the cursor alone (it carries them)"
+        raise ValueError(msg)
+    return page.query, page.filters or None, list(page.delivered)
 
 
 def _one_line(err: Exception) -> str:
@@ -78,8 +110,8 @@ class KnowledgeService:
         """
         self.pipeline = pipeline
         self._query_node, _ = node_of_type(pipeline, QueryTransformer)
-        self._recorder_node, recorder = node_of_type(pipeline, TraceRecorder)
-        self.tool_name = recorder.tool_name
+        self._recorder_node, self._recorder = node_of_type(pipeline, TraceRecorder)
+        self.tool_name = self._recorder.tool_name
         deployment = deployment or Deployment.resolve()
         self._probe = KnowledgeCollection(uri=deployment.milvus_uri, index_path=str(deployment.index_path))
         self._probe_lock = threading.Lock()
@@ -119,15 +151,209 @@ class KnowledgeService:
         )
         return cls(pipeline, Deployment.resolve(data_dir, milvus_uri, trace_db_url))
 
-    def lookup(self, query: Any, session_id: str | None = None) -> dict[str, Any]:
+    def lookup(
+        self,
+        query: Any,
+        session_id: str | None = None,
+        *,
+        filters: dict[str, Any] | None = None,
+        max_chars: Any = None,
+        cursor: Any = None,
+    ) -> dict[str, Any]:
         """
         One `lookup_knowledge` call (blocking; recorded; never raising).
 
-        :param query: The query (a non-string is rejected by the query transformer, and recorded).
+        :param query: The query (a non-string is rejected by the query transformer, and recorded). With a `cursor`
+            it may be left empty (the cursor's query is used); a different query is refused.
         :param session_id: The caller's session: evidence already returned in it is not returned again.
+        :param filters: Explicit filters (`category`, `tags`, `source_prefix`, `updated_after`, declared fields):
+            strict; filters that match nothing say so and name the values that exist.
+        :param max_chars: The evidence's character budget (capped by configuration).
+        :param cursor: A result's `cursor`: the next blocks of that lookup (its query and filters), none repeated.
         :returns: The camelCase `LookupResult` JSON, with its `traceId`.
         """
-        return lookup(self.pipeline, query, session_id=session_id)
+        started_at = time.time()
+        try:
+            query, filters, exclude = _paged(query, filters, cursor)
+            if max_chars is not None and (isinstance(max_chars, bool) or not isinstance(max_chars, int)):
+                msg = f"max_chars must be a whole number of characters, not {max_chars!r}"
+                raise ValueError(msg)
+        except ValueError as err:
+            return self._recorder.record_rejection(query, session_id, str(err), started_at=started_at)
+        return lookup(
+            self.pipeline, query, session_id=session_id, filters=filters, max_chars=max_chars, exclude=exclude
+        )
+
+    def facets(self, session_id: str | None = None) -> dict[str, Any]:
+        """
+        `list_facets`: what a caller may filter on (with document counts and sample values) and what is indexed.
+
+        :param session_id: The caller's session (recorded with the call).
+        :returns: The `Facets` JSON (camelCase).
+        """
+        started_at = time.time()
+        with self._index_lock:
+            index, _ = self._index.get()
+            version = self._index.signature()
+        written = self._index.path.stat().st_mtime if version else None
+        body = facets_of(index, self.collection_name, version, written).model_dump(by_alias=True)
+        details = {"documents": body["documents"], "index_version": version}
+        self._record(
+            "list_facets",
+            "",
+            session_id,
+            "evidence" if body["documents"] else "not_found",
+            details,
+            found=bool(body["documents"]),
+            started_at=started_at,
+        )
+        return body
+
+    def read_evidence(
+        self,
+        citation: Any,
+        before: Any = 1,
+        after: Any = 1,
+        max_chars: Any = None,
+        session_id: str | None = None,
+    ) -> dict[str, Any]:
+        """
+        `read_evidence`: the chunk a citation names, with its neighbours (recorded; never raising).
+
+        :param citation: A block's `citation`.
+        :param before: Neighbouring chunks before it (default 1).
+        :param after: Neighbouring chunks after it (default 1).
+        :param max_chars: The read's character budget.
+        :param session_id: The caller's session.
+        :returns: The `EvidenceRead` JSON: `invalid_request` for a citation that is none, `not_found` for a document
+            no longer indexed, `changed` when the document changed since the citation was returned.
+        """
+        request = f"{citation} (before {before}, after {after})"
+        return self._read(
+            "read_evidence",
+            request,
+            session_id,
+            EvidenceRead,
+            lambda index: read_evidence(index, self._fetch, citation, before, after, max_chars),
+        )
+
+    def read_document(
+        self, source: Any, section: Any = None, max_chars: Any = None, session_id: str | None = None
+    ) -> dict[str, Any]:
+        """
+        `read_document`: a document, or one section of it, in order (recorded; never raising).
+
+        :param source: The document's source (a block's `source`).
+        :param section: A heading path or heading; None for the whole document.
+        :param max_chars: The read's character budget.
+        :param session_id: The caller's session.
+        :returns: The `DocumentRead` JSON (with the document's `sections`).
+        """
+        request = f"{source}" + (f" > {section}" if section else "")
+        return self._read(
+            "read_document",
+            request,
+            session_id,
+            DocumentRead,
+            lambda index: read_document(index, self._fetch, source, section, max_chars),
+        )
+
+    def _fetch(self, ids: list[str]) -> list[Document]:
+        with self._probe_lock:
+            return self._probe.fetch(ids)
+
+    def _read(
+        self,
+        tool: str,
+        request: str,
+        session_id: str | None,
+        model: type[EvidenceRead] | type[DocumentRead],
+        read: Callable[[KnowledgeIndex], EvidenceRead | DocumentRead],
+    ) -> dict[str, Any]:
+        started_at = time.time()
+        try:
+            with self._index_lock:
+                index, _ = self._index.get()
+            out = read(index)
+        except ValueError as err:
+            out = model(found=False, status="invalid_request", message=str(err))
+        except Exception as err:  # the store did not answer: an error result, recorded, never a dead server
+            logger.warning("{tool} failed: {error}", tool=tool, error=_one_line(err))
+            out = model(found=False, status="error", message=f"The read failed: {_one_line(err)}")
+        details = {
+            "read": {
+                "status": out.status,
+                "source": out.source,
+                "citations": [b.citation for b in out.blocks],
+                "chars": sum(len(b.content) for b in out.blocks),
+                "truncated": out.truncated,
+            }
+        }
+        error = out.message if out.status in ("invalid_request", "error") else None
+        trace_id, trace_error = self._record(
+            tool, request, session_id, out.status, details, found=out.found, error=error, started_at=started_at
+        )
+        return out.model_copy(update={"trace_id": trace_id, "trace_error": trace_error}).model_dump(by_alias=True)
+
+    def _record(
+        self,
+        tool: str,
+        request: str,
+        session_id: str | None,
+        status: str,
+        details: dict[str, Any],
+        *,
+        found: bool,
+        error: str | None = None,
+        started_at: float | None = None,
+    ) -> tuple[int | None, str | None]:
+        return self._recorder.record_call(
+            tool, request, session_id, status, details, found=found, error=error, started_at=started_at
+        )
+
+    def name_tool(self, name: str) -> None:
+        """
+        Serve the lookup under another tool name (`serve --tool-name`): the tool and its trace rows carry it.
+
+        :param name: 1 to 64 letters, digits, `_` or `-` (what MCP clients accept as a tool name).
+        :raises ValueError: If the name is not one.
+        """
+        if not isinstance(name, str) or not TOOL_NAME_PATTERN.fullmatch(name):
+            msg = f"tool name {name!r} must be 1 to 64 letters, digits, '_' or '-', e.g. lookup_payments_kb"
+            raise ValueError(msg)
+        self._recorder.tool_name = name
+        self.tool_name = name
+
+    def filter_keys(self) -> list[str]:
+        """
+        :returns: The keys `filters` accepts on this knowledge base (built-in and declared filterable fields).
+        """
+        with self._index_lock:
+            index, _ = self._index.get()
+        return DocumentFilterResolver.filterable_keys(index)
+
+    def tool_description(self) -> str:
+        """
+        The tool's description: the pipeline's `metadata.tool_description` when set, else the evidence-first contract
+        naming this knowledge base (its size, main categories and languages), so that two served knowledge bases are
+        two tools an agent tells apart.
+
+        :returns: The description.
+        """
+        configured = (self.pipeline.metadata or {}).get("tool_description")
+        if isinstance(configured, str) and configured.strip():
+            return configured.strip()
+        with self._index_lock:
+            index, _ = self._index.get()
+        categories = Counter(d.category for d in index.documents if d.category)
+        scope = "the knowledge base"
+        if index.documents:
+            top = ", ".join(name for name, _ in categories.most_common(DESCRIBED_CATEGORIES))
+            more = ", …" if len(categories) > DESCRIBED_CATEGORIES else ""
+            scope = f"the knowledge base of {len(index.documents)} documents" + (f" on {top}{more}" if top else "")
+        languages = index.statistics.language_chunks if index.statistics is not None else {}
+        ordered = sorted(languages, key=lambda code: -languages[code])
+        return tool_description(scope, DocumentFilterResolver.filterable_keys(index), ordered)
 
     def tool_sockets(self) -> tuple[dict[str, list[str]], dict[str, str]]:
         """

@@ -17,3 +17,15 @@ if ! .venv/bin/python -m pip install --quiet --disable-pip-version-check -e "$ta
   echo "setup failed: pip could not install the project (log above, also in .venv/pip.log)" >&2
   exit 1
 fi
+if [ "${1:-}" = "test" ]; then
+  # real MCP clients for the tests, in an environment of their own (they need another mcp release than the project)
+  if [ ! -x .venv-clients/bin/python ]; then
+    "$PYTHON" -m venv .venv-clients
+  fi
+  if ! .venv-clients/bin/python -m pip install --quiet --disable-pip-version-check -r tests/clients/requirements.txt \
+      > .venv-clients/pip.log 2>&1; then
+    cat .venv-clients/pip.log >&2
+    echo "setup failed: pip could not install the MCP clients for the tests (log above)" >&2
+    exit 1
+  fi
+fi

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from datetime import date, datetime
 from typing import Any
 
 import yaml
@@ -110,3 +111,23 @@ def split_frontmatter(text: str, max_bytes: int, max_aliases: int) -> tuple[dict
     if not isinstance(front, dict):
         raise FrontmatterError(f"frontmatter must be a mapping, got {type(front).__name__}")
     return _string_keys(front), "\n".join(lines[consumed:]), consumed
+
+
+def day_of(value: Any) -> str:
+    """
+    A front matter date as `YYYY-MM-DD`: a YAML/TOML date or datetime, or an ISO 8601 string ('' for anything else).
+
+    :param value: The field's value.
+    :returns: The day, or ''.
+    """
+    if isinstance(value, datetime | date):
+        return value.isoformat()[:10]
+    if not isinstance(value, str):
+        return ""
+    text = value.strip().replace("Z", "+00:00")
+    for parse in (datetime.fromisoformat, date.fromisoformat):
+        try:
+            return parse(text).isoformat()[:10]
+        except ValueError:
+            continue
+    return ""

@@ -14,6 +14,17 @@ class _Contract(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
 
+class Anchor(_Contract):
+    """Where a block is, precisely enough to find it again: the file, its section, its lines or pages, its version."""
+
+    source: str
+    heading_path: list[str] = Field(default_factory=list)
+    lines: list[int] | None = None
+    pages: list[int] | None = None
+    #: the document version the block was read in (a citation of an edited document says so when read)
+    doc_version: str = ""
+
+
 class EvidenceBlock(_Contract):
     """One piece of evidence: a chunk of a knowledge document, with where it came from and why it was chosen."""
 
@@ -50,6 +61,11 @@ class EvidenceBlock(_Contract):
     retrieval_path: str = ""
     score_label: str
     hit_reasons: list[str] = Field(default_factory=list)
+    #: a stable id for this block (`source#chunk_index@version`): `read_evidence` takes it back
+    citation: str = ""
+    anchor: Anchor | None = None
+    #: the content was cut to fit the call's character budget (`read_evidence` returns it whole)
+    truncated: bool = False
 
 
 class ContextPack(_Contract):
@@ -188,6 +204,22 @@ class L0Hints(_Contract):
     category_filter: str | None = None
 
 
+class FacetValue(_Contract):
+    """One value of a filter key, and how many documents have it."""
+
+    value: str
+    documents: int
+
+
+class FilterReport(_Contract):
+    """The caller's filters: as given, what they matched, and when nothing, which values exist."""
+
+    requested: dict[str, Any] = Field(default_factory=dict)
+    documents: int = 0
+    chunks: int = 0
+    available: dict[str, list[FacetValue]] | None = None
+
+
 class LookupResult(_Contract):
     """The result of one `lookup_knowledge` call."""
 
@@ -204,6 +236,13 @@ class LookupResult(_Contract):
     relevance_level: Literal["high", "medium", "low", "none"] = "none"
     completeness_hint: Literal["complete", "truncated", "none"] = "none"
     l0_hints: L0Hints = Field(default_factory=L0Hints)
+    #: a block was cut, or left out, to fit the character budget
+    truncated: bool = False
+    #: more evidence passed the gate than this result holds: call again with `cursor` for the next blocks
+    more_available: bool = False
+    cursor: str | None = None
+    #: the caller's explicit filters and what they matched (None without filters)
+    filters: FilterReport | None = None
     error: str | None = None
     #: the `tool_invocation` row's id; None while the row waits in the spool (or in memory: see `trace_error`)
     trace_id: int | None = None

@@ -4,9 +4,11 @@ from typing import Any, Literal
 
 from haystack import Document, component
 
+from components.core.citation import Citation
+from components.core.cursor import Cursor
 from components.core.frozen import Documents, FrozenDict, FrozenList, Record
 from components.core.location import lines_of, location_of, pages_of
-from components.core.lookup_result import EvidenceBlock, LookupResult
+from components.core.lookup_result import Anchor, EvidenceBlock, LookupResult
 from components.core.scores import boost_reasons, document_key, similarity_of
 
 NO_EVIDENCE_MESSAGE = (
@@ -40,6 +42,31 @@ def _score_label(doc: Document, ceiling: float | None) -> str:
     )
 
 
+#: why the deduper leaves out a block that more pages may bring (a duplicate key is the same chunk; the per-document
+#: cap keeps one document from filling the result, and `read_document` reads the rest of it)
+_MORE_REASONS = ("max_blocks",)
+
+
+def _citation(meta: Record) -> str:
+    source, index, version = meta.get("source"), meta.get("chunk_index"), meta.get("doc_version")
+    if not source or not isinstance(index, int) or isinstance(index, bool) or not version:
+        return ""  # a chunk written by another tool: no position or version to cite
+    return str(Citation.of(str(source), index, str(version)))
+
+
+def _anchor(meta: Record) -> Anchor | None:
+    if not meta.get("source"):
+        return None
+    breadcrumb = str(meta.get("breadcrumb") or "")
+    return Anchor(
+        source=str(meta["source"]),
+        heading_path=[part for part in breadcrumb.split(" > ") if part],
+        lines=lines_of(meta),
+        pages=pages_of(meta),
+        doc_version=str(meta.get("doc_version") or ""),
+    )
+
+
 def _block(doc: Document, ceiling: float | None) -> EvidenceBlock:
     meta = doc.meta
     raw = meta.get("raw_score")
@@ -66,6 +93,22 @@ def _block(doc: Document, ceiling: float | None) -> EvidenceBlock:
         retrieval_path=str(meta.get("retrieval_path") or ""),
         score_label=_score_label(doc, ceiling),
         hit_reasons=list(meta.get("hit_reasons", [])),
+        citation=_citation(meta),
+        anchor=_anchor(meta),
+        truncated=bool(meta.get("content_truncated")),
+    )
+
+
+def _filter_message(report: Record) -> str:
+    """Why filters that match no document found nothing, naming the values that exist."""
+    shown = []
+    for key, values in (report.get("available") or {}).items():
+        listed = ", ".join(f"{v['value']} ({v['documents']})" for v in values) or "none"
+        shown.append(f"{key}: {listed}")
+    return (
+        f"The filters {dict(report.get('requested') or {})} match no indexed document, so nothing was searched. "
+        f"Values that exist (documents): {'; '.join(shown)}. Call again with existing values (list_facets lists "
+        "them all), or without filters."
     )
 
 
@@ -117,16 +160,29 @@ class LookupResultAssembler:
         self.preview_chars = preview_chars
 
     @staticmethod
-    def _status(error: str, trace: Record, evidence: Record, blocks: int, held_back: int) -> tuple[str, str]:
+    def _status(
+        error: str, trace: Record, evidence: Record, blocks: int, held_back: int, report: Record, paged: bool
+    ) -> tuple[str, str]:
         attempts = trace.get("attempts", [])
         if error:
             return "invalid_query", f"Rejected query: {error}."
         if not trace.get("l1_enabled", True):
             return "l1_disabled", "L1 semantic retrieval is disabled by configuration; no evidence was retrieved."
+        if report and not report.get("documents"):
+            return "no_evidence", _filter_message(report)
         if attempts and all(a.get("error") for a in attempts):
             return "error", "Knowledge retrieval failed: " + "; ".join(str(a["error"]) for a in attempts)
         if not evidence.get("found"):
-            return "no_evidence", _no_evidence_message(evidence)
+            within = (
+                f" (Searched only within the filters {dict(report['requested'])}: {report['documents']} documents.)"
+                if report
+                else ""
+            )
+            return "no_evidence", _no_evidence_message(evidence) + within
+        if blocks == 0 and paged and not held_back:
+            return "already_returned", (
+                "Every evidence block for this query was returned on earlier pages (this cursor's); there is no more."
+            )
         if blocks == 0:
             return "already_returned", (
                 "All evidence for this query was already returned earlier in this session; nothing new to add. "
@@ -156,6 +212,17 @@ class LookupResultAssembler:
             "max_boost": rerank_trace.get("max_boost", 0.0),
             "items": items,
         }
+
+    @staticmethod
+    def _more(context_pack: Record, dedup_summary: Record) -> bool:
+        """Whether evidence passed the gate that this result does not hold: left out by the pack or the block cap."""
+        capped = any(d.get("reason") in _MORE_REASONS for d in dedup_summary.get("dropped") or [])
+        return capped or bool(context_pack.get("omittedSources"))
+
+    @staticmethod
+    def _cursor(query: str, report: Record, session_summary: Record, blocks: Documents) -> str:
+        delivered = [*session_summary.get("excluded", []), *(str(d.meta.get("evidence_key") or d.id) for d in blocks)]
+        return Cursor(query, dict(report.get("requested") or {}), tuple(dict.fromkeys(delivered))).encode()
 
     def _summary(self, doc: Document) -> dict[str, Any]:
         content = doc.content or ""
@@ -189,6 +256,8 @@ class LookupResultAssembler:
         sidecar: dict[str, Any] | None = None,
         evidence_trace: Record | None = None,
         ranking: list[str] | FrozenList[str] | None = None,
+        filter_report: dict[str, Any] | None = None,
+        filter_error: str | None = None,
     ) -> dict[str, Any]:
         """
         Assemble the result.
@@ -211,6 +280,8 @@ class LookupResultAssembler:
             counts as evidence of `low` relevance.
         :param ranking: The evidence keys of every candidate the gate judged, in rank order; it goes to `details`
             only (`ranking`), for whoever reads the trace or measures the ranking (`eval`).
+        :param filter_report: The caller's filters and what they matched (`DocumentFilterResolver`), as `filters`.
+        :param filter_error: Why the caller's filters were refused: the call is `invalid_query`, as a bad query is.
         :returns: `result` (the camelCase `LookupResult` JSON) and `details` (snake_case `retrieval_details`), each
             a read-only `FrozenDict` of plain JSON values, which the pipeline hands on without copying.
         """
@@ -222,11 +293,18 @@ class LookupResultAssembler:
             "relevance": "low",
         }
         held_back = len(session_summary.get("suppressed") or [])
-        status, message = self._status(error or "", retrieval_trace, evidence, len(documents), held_back)
+        report = filter_report or {}
+        rejected = error or (f"filters: {filter_error}" if filter_error else "")
+        paged = bool(session_summary.get("paged"))
+        status, message = self._status(rejected, retrieval_trace, evidence, len(documents), held_back, report, paged)
         found = status == "evidence"
         blocks = list(documents) if found else []
         ceiling = evidence.get("noise_ceiling")
         truncated = bool(context_pack.get("truncatedSources") or context_pack.get("omittedSources"))
+        more = found and self._more(context_pack, dedup_summary)
+        cursor = self._cursor(query, report, session_summary, blocks) if more else None
+        if more:
+            message += " More evidence passed than this result holds: call again with `cursor` for the next blocks."
         rerank_trace = rerank_trace or {}
         returned_rerank = self._rerank_trace(rerank_trace, blocks)
         kept_relevance = status in ("evidence", "already_returned")
@@ -245,7 +323,11 @@ class LookupResultAssembler:
                 relevance_level=evidence.get("relevance", "low") if kept_relevance else "none",
                 completeness_hint=("truncated" if truncated else "complete") if found else "none",
                 l0_hints={**hints, "category_filter": category_filter or None},
-                error=error or (message if status == "error" else None),
+                truncated=truncated and found,
+                more_available=more,
+                cursor=cursor,
+                filters=filter_report or None,
+                error=rejected or (message if status == "error" else None),
             )
         )
         candidates = int(evidence.get("candidates", 0))
@@ -268,5 +350,7 @@ class LookupResultAssembler:
             "session": session_summary,
             "sidecar": sidecar or {"enabled": False, "status": "off"},
             "ranking": list(ranking or []),
+            "filters": dict(report) if report else None,
+            "more_available": more,
         }
         return {"result": FrozenDict(result.to_json_dict()), "details": FrozenDict(details)}

@@ -22,7 +22,8 @@ class SessionEvidenceFilter:
     digest of the whole normalized session id (two sessions never share memory, however long their ids). Without a
     `session_id` nothing is held back. If the trace database cannot be read within `timeout_s` (a stopped server is
     not waited for), only what the spool (and rows waiting in memory) remember is held back and the summary says why
-    (better a repeat than a lost answer); a spooled row of the wrong shape is skipped, never an error.
+    (better a repeat than a lost answer); a spooled row of the wrong shape is skipped, never an error. Blocks whose
+    key is in `exclude` (what a cursor's earlier pages returned) are held back too, with or without a session.
 
     ### Usage example
 
@@ -72,17 +73,26 @@ class SessionEvidenceFilter:
         self._store.close()
 
     @component.output_types(documents=FrozenList[Document], session_summary=dict[str, Any])
-    def run(self, documents: Documents, session_id: str | None = None) -> dict[str, Any]:
+    def run(
+        self, documents: Documents, session_id: str | None = None, exclude: list[str] | None = None
+    ) -> dict[str, Any]:
         """
-        Drop blocks whose evidence key was already returned in the session.
+        Drop blocks whose evidence key was already returned in the session, or on earlier pages of the same lookup.
 
         :param documents: Final evidence blocks (a list or a `FrozenList`).
         :param session_id: The caller's session; empty means no session dedup.
+        :param exclude: Evidence keys the caller already has from earlier pages of this lookup (its `cursor`).
         :returns: `documents` (the new blocks, a read-only `FrozenList`) and `session_summary` (`session_id`,
-            `previously_returned`, `suppressed` keys, `error`).
+            `previously_returned`, `suppressed` keys, `paged`: the keys `exclude` held back, `excluded`: `exclude`
+            itself, `error`).
         """
         session_id = normalize_session_id(session_id)
         summary: dict[str, Any] = {"session_id": session_id or None, "previously_returned": 0, "suppressed": []}
+        if exclude:
+            held = set(exclude)
+            summary["excluded"] = list(exclude)
+            summary["paged"] = [d.meta.get("evidence_key") for d in documents if d.meta.get("evidence_key") in held]
+            documents = [d for d in documents if d.meta.get("evidence_key") not in held]
         if not session_id or not documents:
             return {"documents": FrozenList(documents), "session_summary": summary}
         seen, error = self._store.session_memory(session_id)

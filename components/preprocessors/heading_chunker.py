@@ -7,25 +7,12 @@ from typing import Any
 
 from haystack import Document, component
 
+from components.core.citation import chunk_id
 from components.core.markdown_text import closes_fence, opening_fence
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _SENTENCE = re.compile(r".+?(?:[.!?;]+(?=\s)\s*|[。？！；]+\s*|$)", re.DOTALL)
 _CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
-
-
-def chunk_id(source: str, chunk_index: int, doc_version: str) -> str:
-    """
-    Return the primary key of a chunk: derived from its source, its index and the version of its file.
-
-    Including the version lets a re-index write the new chunks beside the old ones and switch over atomically.
-
-    :param source: The document's path relative to the knowledge root.
-    :param chunk_index: The chunk's position in the document.
-    :param doc_version: The version (content hash) of the document's file.
-    :returns: 32 hex characters.
-    """
-    return hashlib.sha256(f"{source}\x00{chunk_index}\x00{doc_version}".encode()).hexdigest()[:32]
 
 
 @dataclass

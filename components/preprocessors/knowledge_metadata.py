@@ -2,12 +2,14 @@ from __future__ import annotations
 
 import mimetypes
 from dataclasses import replace
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
 from haystack import Document, component, logging
 
 from components.core.file_version import file_version
+from components.core.frontmatter import day_of
 from components.core.markdown_text import first_heading
 
 logger = logging.getLogger(__name__)
@@ -17,6 +19,7 @@ DEFAULT_CATEGORY_FIELDS = ["category", "domain", "categories", "section"]
 DEFAULT_KEYWORD_FIELDS = ["keywords", "tags"]
 DEFAULT_DESCRIPTION_FIELDS = ["description", "summary"]
 DEFAULT_PLAIN_TEXT_TYPES = ["text/plain", "application/pdf"]
+DEFAULT_UPDATED_FIELDS = ["updated", "lastmod", "last_modified", "last_updated", "date"]
 
 
 def _first_text(value: Any) -> str:
@@ -34,6 +37,24 @@ def _texts(value: Any) -> list[str]:
     if isinstance(value, list):
         return [str(v).strip() for v in value if isinstance(v, str | int | float) and str(v).strip()]
     return []
+
+
+def _field_values(value: Any) -> list[str]:
+    """A filterable field's value as strings: text, numbers and booleans as written (`true`), dates as days."""
+    items = value if isinstance(value, list) else [value]
+    out: list[str] = []
+    for item in items:
+        if isinstance(item, bool):
+            text = "true" if item else "false"
+        elif isinstance(item, datetime | date):
+            text = day_of(item)
+        elif isinstance(item, str | int | float):
+            text = str(item).strip()
+        else:
+            continue
+        if text and text not in out:
+            out.append(text)
+    return out
 
 
 def _title_of(heading: str, first_line: str, markup: str) -> str:
@@ -54,10 +75,11 @@ class KnowledgeMetadata:
     the first line of plain text when it is short enough to be a title, then the file name), `category` (the first of
     `category_fields` that has a value, a list giving its first item; else the top folder of the source when
     `folder_category` is on), `keywords` (from `keyword_fields`, merged), `entities`, `description` (the first of
-    `description_fields`), `markup` (`text` for the MIME types in `plain_text_types`, where a `#` line is no heading;
-    else `markdown`) and `doc_version`. A document left without
-    text (a section page of front matter only) is indexed from its description; without one it is reported in
-    `skipped` with the reason, never as a failure.
+    `description_fields`), `updated` (the first of `updated_fields` that holds a date, as `YYYY-MM-DD`), `fields` (the
+    values of the `filterable_fields` a page sets, each a list of strings: what lookups may filter on), `markup` (`text`
+    for the MIME types in `plain_text_types`, where a `#` line is no heading; else `markdown`) and `doc_version`. A
+    document left without text (a section page of front matter only) is indexed from its description; without one it is
+    reported in `skipped` with the reason, never as a failure.
 
     ### Usage example
 
@@ -77,6 +99,8 @@ class KnowledgeMetadata:
         keyword_fields: list[str] | None = None,
         description_fields: list[str] | None = None,
         plain_text_types: list[str] | None = None,
+        updated_fields: list[str] | None = None,
+        filterable_fields: list[str] | None = None,
     ) -> None:
         """
         Create the component.
@@ -89,12 +113,18 @@ class KnowledgeMetadata:
         :param description_fields: Fields a page's description is taken from (default `description`, `summary`).
         :param plain_text_types: MIME types whose text has no markdown headings (default `text/plain`,
             `application/pdf`), for converters that do not set `markup`.
-        :raises ValueError: If a field list is given empty.
+        :param updated_fields: Fields the date a page was last updated is taken from, first date wins (default
+            `updated`, `lastmod`, `last_modified`, `last_updated`, `date`): what `updated_after` filters on.
+        :param filterable_fields: Further front matter fields lookups may filter on (default none; `category`,
+            `tags`/`keywords`, the source and `updated` always are).
+        :raises ValueError: If a field list holds something else than field names.
         """
         for name, value in (
             ("category_fields", category_fields),
             ("keyword_fields", keyword_fields),
             ("description_fields", description_fields),
+            ("updated_fields", updated_fields),
+            ("filterable_fields", filterable_fields),
         ):
             if value is not None and not all(isinstance(v, str) and v for v in value):
                 msg = f"{name}={value!r} must be a list of field names; leave it unset for the defaults"
@@ -106,6 +136,8 @@ class KnowledgeMetadata:
             description_fields if description_fields is not None else DEFAULT_DESCRIPTION_FIELDS
         )
         self.plain_text_types = list(plain_text_types if plain_text_types is not None else DEFAULT_PLAIN_TEXT_TYPES)
+        self.updated_fields = list(updated_fields if updated_fields is not None else DEFAULT_UPDATED_FIELDS)
+        self.filterable_fields = list(filterable_fields or [])
 
     def _category(self, meta: dict[str, Any], source: str) -> str:
         for name in self.category_fields:
@@ -120,6 +152,13 @@ class KnowledgeMetadata:
         for name in self.keyword_fields:
             merged.extend(k for k in _texts(meta.get(name)) if k not in merged)
         return merged
+
+    def _updated(self, meta: dict[str, Any]) -> str:
+        return next((day for name in self.updated_fields if (day := day_of(meta.get(name)))), "")
+
+    def _fields(self, meta: dict[str, Any]) -> dict[str, list[str]]:
+        values = {name: _field_values(meta.get(name)) for name in self.filterable_fields}
+        return {name: found for name, found in values.items() if found}
 
     def _markup(self, meta: dict[str, Any], source: str) -> str:
         if meta.get("markup"):
@@ -146,6 +185,8 @@ class KnowledgeMetadata:
             keywords=self._keywords(meta),
             entities=_texts(meta.get("entities")),
             markup=markup,
+            updated=self._updated(meta),
+            fields=self._fields(meta),
             doc_version=str(meta.get("doc_version") or file_version(content.encode("utf-8"))),
         )
         if description:

@@ -44,6 +44,28 @@ def _candidate_meta(meta: dict[str, Any], attempt: str, chunk_id: str, usable: b
 
 
 MODES = ("haystack", "sdk", "auto")
+#: the attempt that applies the caller's filter alone (there is no unfiltered attempt then)
+EXPLICIT = "explicit"
+
+
+def _matches_nothing(filters: Mapping[str, Any]) -> bool:
+    return filters.get("field") == "id" and filters.get("operator") == "in" and not filters.get("value")
+
+
+def _explicit_summary(filters: Mapping[str, Any] | None) -> str:
+    """The caller's filter as the trace shows it: a category, or how many chunks (not every id)."""
+    if not filters:
+        return ""
+    if filters.get("field") == "id":
+        return f"{len(filters.get('value') or [])} chunks"
+    value = filters.get("value")
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _empty_attempt(name: str, mode: str) -> dict[str, Any]:
+    return {"name": name, "mode": mode, "raw_hits": 0, "candidate_count": 0, "latency_ms": 0.0}
+
+
 NO_EVIDENCE = "filtered_vector_no_evidence"
 LOW_QUALITY = "filtered_vector_low_quality"
 
@@ -58,7 +80,8 @@ class FilteredRetryRetriever:
     `reference_threshold`; when it finds nothing usable it is retried without a filter (`fallback_reason`
     `filtered_vector_no_evidence`), and when its top similarity is below the threshold likewise
     (`filtered_vector_low_quality`), the low-quality candidates competing in the retry. Without a filter a single
-    unfiltered attempt runs. Chunks of a superseded document version are never returned.
+    unfiltered attempt runs. The caller's explicit `filters` are strict: every attempt applies them, and the retry
+    drops only L0's category (attempt `explicit`). Chunks of a superseded document version are never returned.
 
     The retriever holds the attempt policy and reads the store; it does not rank. Each attempt searches the dense
     vectors (`mode`: `haystack`, milvus-haystack's `MilvusEmbeddingRetriever`; `sdk`, pymilvus; `auto`, haystack first
@@ -208,11 +231,15 @@ class FilteredRetryRetriever:
                 self._pool = ThreadPoolExecutor(max_workers=LEXICAL_WORKERS, thread_name_prefix="lexical-search")
             return self._pool
 
-    def _filters(self, category: str) -> dict[str, Any] | None:
-        return {"field": f"meta.{self.category_key}", "operator": "==", "value": category} if category else None
+    def _filters(self, category: str, explicit: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """The attempt's store filter: L0's category, the caller's explicit filter, or both (AND)."""
+        parts = [{"field": f"meta.{self.category_key}", "operator": "==", "value": category}] if category else []
+        parts += [dict(explicit)] if explicit else []
+        if len(parts) > 1:
+            return {"operator": "AND", "conditions": parts}
+        return parts[0] if parts else None
 
-    def _search(self, vector: list[float], category: str, limit: int, attempt: dict[str, Any]) -> list[Document]:
-        filters = self._filters(category)
+    def _search(self, vector: list[float], filters: dict[str, Any] | None, limit: int, attempt: dict) -> list[Document]:
         if self.mode != "auto":
             return self.collection.dense_search(vector, limit, filters, path=self.mode)
         try:
@@ -224,10 +251,12 @@ class FilteredRetryRetriever:
             logger.warning("haystack path failed, using the sdk path: {error}", error=err)
             return self.collection.dense_search(vector, limit, filters, path="sdk")
 
-    def _lexical(self, query: str, category: str, limit: int) -> tuple[list[tuple[str, float]], str, float]:
+    def _lexical(
+        self, query: str, filters: dict[str, Any] | None, limit: int
+    ) -> tuple[list[tuple[str, float]], str, float]:
         """The attempt's BM25 search (run beside the dense one): its hits, the path that ran, its milliseconds."""
         started = time.perf_counter()
-        pairs, path = self.collection.lexical_search(query, limit, self._filters(category), source=self.lexical_source)
+        pairs, path = self.collection.lexical_search(query, limit, filters, source=self.lexical_source)
         return pairs, path, round((time.perf_counter() - started) * 1000, 2)
 
     def _query_terms(self, query: str) -> dict[str, int] | None:
@@ -256,12 +285,23 @@ class FilteredRetryRetriever:
         }
 
     def _attempt(
-        self, name: str, vector: list[float], query: str, category: str, top_k: int
+        self,
+        name: str,
+        vector: list[float],
+        query: str,
+        category: str,
+        top_k: int,
+        explicit: Mapping[str, Any] | None = None,
+        explicit_summary: str = "",
     ) -> tuple[list[Document], dict]:
         """One attempt: its candidates (usable or not, each flagged) and its trace."""
+        shown = {self.category_key: category} if category else {}
+        if explicit:
+            shown["explicit"] = explicit_summary
+        filters = self._filters(category, explicit)
         attempt: dict[str, Any] = {
             "name": name,
-            "filter": {self.category_key: category} if category else None,
+            "filter": shown or None,
             "mode": self.mode,
             "path": None,
             "raw_hits": 0,
@@ -279,9 +319,9 @@ class FilteredRetryRetriever:
         usable: list[Document] = []
         try:
             searched_under = self.collection.active_versions()  # a re-index may switch versions mid-search
-            lexical = self._workers().submit(self._lexical, query, category, top_k) if self.lexical and query else None
+            lexical = self._workers().submit(self._lexical, query, filters, top_k) if self.lexical and query else None
             with _stage(attempt, "dense"):
-                hits = self._search(vector, category, top_k * 2, attempt)  # room for superseded versions
+                hits = self._search(vector, filters, top_k * 2, attempt)  # room for superseded versions
             # the hits are this attempt's own: their meta is completed in place, and each kept one copied once
             for d in hits:
                 d.meta["similarity"] = d.score
@@ -331,6 +371,7 @@ class FilteredRetryRetriever:
         category_filter: str | None = None,
         top_k: int | None = None,
         embedding_meta: dict[str, Any] | None = None,
+        filters: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """
         Retrieve L1 candidates.
@@ -343,6 +384,9 @@ class FilteredRetryRetriever:
         :param embedding_meta: The query embedder's `meta` (any Haystack text embedder's: its `model`), when the
             query vector is a plain list: a query embedded with another model than the collection's is refused (an
             attempt with that error, no candidates), never compared.
+        :param filters: The caller's explicit store filter (Haystack filters; `DocumentFilterResolver`): strict,
+            every attempt applies it (with L0's category on the first, when L0 found one), none runs without it; a
+            filter on an empty list of ids matches nothing and searches nothing.
         :returns: `candidates` (a read-only sequence of Documents, every attempt's, in the order found: `score` =
             normalized similarity, and `similarity`, `raw_score`, `score_semantics`, `retrieval_path`, `attempt`,
             `evidence_key`, `usable` and the BM25 facts in meta; the pipeline hands it on without copying it) and
@@ -372,9 +416,15 @@ class FilteredRetryRetriever:
         trace["calibration"] = self._calibration()
         trace["query_terms"] = self._query_terms(query or "")
         category = (category_filter or "").strip()
+        explicit = dict(filters) if filters else None
+        shown = _explicit_summary(explicit)
+        if explicit is not None and _matches_nothing(explicit):
+            trace["attempts"].append({**_empty_attempt(EXPLICIT, self.mode), "filter": {"explicit": shown}})
+            trace["selected_attempt"] = EXPLICIT
+            return {"candidates": FrozenList(), "retrieval_trace": FrozenDict(trace)}
         docs: list[Document] = []
         if category:
-            docs, attempt = self._attempt("filtered", vector, query or "", category, top_k)
+            docs, attempt = self._attempt("filtered", vector, query or "", category, top_k, explicit, shown)
             trace["attempts"].append(attempt)
             if not attempt["candidate_count"]:
                 trace["fallback_reason"] = NO_EVIDENCE
@@ -384,8 +434,10 @@ class FilteredRetryRetriever:
                 trace["selected_attempt"] = "filtered"
         if trace["selected_attempt"] is None:
             filtered = docs  # low-quality filtered candidates still compete
-            docs, attempt = self._attempt("unfiltered", vector, query or "", "", top_k)
+            # the retry drops L0's category, never the caller's filter
+            name = EXPLICIT if explicit else "unfiltered"
+            docs, attempt = self._attempt(name, vector, query or "", "", top_k, explicit, shown)
             trace["attempts"].append(attempt)
-            trace["selected_attempt"] = "unfiltered"
+            trace["selected_attempt"] = name
             docs = [*docs, *filtered]
         return {"candidates": FrozenList(docs), "retrieval_trace": FrozenDict(trace)}

@@ -26,6 +26,37 @@ def category_of(filters: dict[str, Any] | None) -> str | None:
     return None
 
 
+def _ids_of(filters: dict[str, Any]) -> list[str] | None:
+    value = filters.get("value")
+    if filters.get("field") == "id" and filters.get("operator") == "in" and isinstance(value, list):
+        return [str(v) for v in value]
+    return None
+
+
+def scope_of(filters: dict[str, Any] | None) -> tuple[str | None, list[str] | None] | None:
+    """
+    What an in-process BM25 index can apply itself: a category, a list of chunk ids, or both (AND).
+
+    :param filters: The retriever's Haystack filters.
+    :returns: `(category, ids)` (None: not restricted by it), or None for a filter of any other shape.
+    """
+    if not filters:
+        return None, None
+    parts = filters.get("conditions") if filters.get("operator") == "AND" else [filters]
+    category: str | None = None
+    ids: list[str] | None = None
+    for part in parts or [None]:
+        if not isinstance(part, dict):
+            return None
+        if (value := category_of(part)) is not None and category is None:
+            category = value
+        elif (found := _ids_of(part)) is not None and ids is None:
+            ids = found
+        else:
+            return None
+    return category, ids
+
+
 #: between a collection's configured name and the number of a rebuild that wrote a new collection of its family
 REBUILD_MARK = "__r"
 

@@ -21,9 +21,9 @@ from components.store.collection_base import (
     DENSE_PATHS,
     LEXICAL_SOURCES,
     WARM_UP_QUERY,
-    category_of,
     forget_descriptions,
     is_active,
+    scope_of,
 )
 from components.store.json_metadata_document_store import JsonMetadataMilvusDocumentStore, json_filter_expression
 from components.store.lexical import Bm25ChunkIndex, Bm25Corpus, TermStatistics, lexical_text, tokenize
@@ -410,13 +410,14 @@ class CollectionReads:
                     expr=json_filter_expression(filters, self._filter_schema()),
                 )
             ), path
-        category = category_of(filters)
-        if filters is None or category is not None:
-            return self._local_index().search(query, top_k, category=category), path
+        scope = scope_of(filters)
+        if filters is None or scope is not None:
+            category, ids = scope or (None, None)
+            return self._local_index().search(query, top_k, category=category, ids=ids), path
         # any other filter: the built index, which has every chunk's metadata to test it on
         index, metadata, _ = self._cache.get("local_bm25", self._built_index)
         pairs = index.search(query, top_k=top_k * 5)
-        pairs = [(cid, s) for cid, s in pairs if document_matches_filter(filters, Document(meta=metadata[cid]))]
+        pairs = [(cid, s) for cid, s in pairs if document_matches_filter(filters, Document(id=cid, meta=metadata[cid]))]
         return pairs[:top_k], path
 
     def prepare_lexical(self, source: str = "auto", statistics: bool = False) -> str:

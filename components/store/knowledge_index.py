@@ -34,6 +34,10 @@ class IndexedDocument(BaseModel):
     category: str = ""
     keywords: list[str] = Field(default_factory=list)
     entities: list[str] = Field(default_factory=list)
+    #: the day the page says it was last updated (`YYYY-MM-DD`, front matter), '' when it does not say
+    updated: str = ""
+    #: the page's values of the fields declared filterable (indexing.yaml `metadata.filterable_fields`)
+    fields: dict[str, list[str]] = Field(default_factory=dict)
     doc_version: str
     chunks: int = 0
     # the files its text includes (Hugo/Jekyll includes), by source, with the version each had when it was indexed:

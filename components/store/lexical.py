@@ -14,7 +14,7 @@ import re
 import shutil
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -307,13 +307,16 @@ class Bm25ChunkIndex:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def search(self, query: str, top_k: int, category: str | None = None) -> list[tuple[str, float]]:
+    def search(
+        self, query: str, top_k: int, category: str | None = None, ids: Collection[str] | None = None
+    ) -> list[tuple[str, float]]:
         """
         Return the best chunks for a query.
 
         :param query: Query text.
         :param top_k: Most results.
         :param category: Only chunks of this category (None: all).
+        :param ids: Only these chunks (None: all).
         :returns: `(chunk_id, bm25_score)` pairs, best first, positive scores only, on Milvus' scale (bm25s' score
             times k1 + 1), so both BM25 paths give the same numbers.
         """
@@ -321,6 +324,9 @@ class Bm25ChunkIndex:
             return []
         terms = [t for t in tokenize(query) if t in self._bm25.vocab_dict]
         mask = self._mask(category) if category is not None else None
+        if ids is not None:
+            chosen = np.isin(np.asarray(self.ids, dtype=str), np.asarray(list(ids), dtype=str)).astype(np.float32)
+            mask = chosen if mask is None else mask * chosen
         if not terms or (mask is not None and not mask.any()):
             return []
         k = min(top_k, len(self))

@@ -145,6 +145,73 @@ class TraceRecorder:
         recorded = FrozenDict({**details, "latency_ms": latency_ms})
         return {"result": {**result, "traceId": written.row_id, "traceError": written.error}, "details": recorded}
 
+    def record_rejection(
+        self, query: Any, session_id: str | None, reason: str, started_at: float | None = None
+    ) -> dict[str, Any]:
+        """
+        Record a lookup refused before it ran (a damaged cursor, a budget that is no number), and return its result.
+
+        :param query: The query as received.
+        :param session_id: The caller's session.
+        :param reason: Why it was refused, naming the fix.
+        :param started_at: Epoch seconds at which the lookup started.
+        :returns: The camelCase `LookupResult` JSON of status `invalid_query`, with `traceId`.
+        """
+        text = query if isinstance(query, str) else repr(query)
+        reason = safe_text(reason)[:1000]
+        result = LookupResult(
+            found=False,
+            evidence_status="invalid_query",
+            message=f"Rejected call: {reason}",
+            query=safe_text(text[: self.max_query_chars]),
+            session_id=normalize_session_id(session_id) or None,
+            error=reason,
+        ).to_json_dict()
+        details = {"retrieval_layer": "none", "error": reason}
+        return self.run(result=result, details=details, raw_query=text, started_at=started_at)["result"]
+
+    def record_call(
+        self,
+        tool_name: str,
+        request: str,
+        session_id: str | None,
+        status: str,
+        details: Record,
+        found: bool = False,
+        error: str | None = None,
+        started_at: float | None = None,
+    ) -> tuple[int | None, str | None]:
+        """
+        Record a call of another tool than the lookup (`read_evidence`, `read_document`, `list_facets`): one row.
+
+        :param tool_name: The tool called.
+        :param request: What was asked, as one line (the citation, the source and section).
+        :param session_id: The caller's session.
+        :param status: The call's status (`evidence`, `not_found`, `invalid_request`, ...).
+        :param details: The row's `retrieval_details` (what was returned, in short).
+        :param found: Whether it returned knowledge.
+        :param error: Why it failed or was refused.
+        :param started_at: Epoch seconds at which the call started.
+        :returns: The row id (None when spooled) and why it could not be recorded (None when it was).
+        """
+        latency_ms = round((time.time() - (started_at or time.time())) * 1000, 2)
+        session = normalize_session_id(session_id)
+        row = ToolInvocation(
+            tool_name=tool_name,
+            session_id=stored_session_id(session),
+            session_key=session_key(session),
+            query=request[: self.max_query_chars],
+            query_chars=len(request),
+            found=found,
+            status=status,
+            retrieval_layer="none",
+            latency_ms=latency_ms,
+            error=error,
+            retrieval_details={**details, "latency_ms": latency_ms},
+        )
+        written = self._store.record(row)
+        return written.row_id, written.error
+
     def record_failure(
         self, query: Any, session_id: str | None, error: BaseException, started_at: float | None = None
     ) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""`lookup_knowledge` as a hayhooks pipeline: `POST /lookup_knowledge/run` `{query, session_id?}` → `{"result": ...}`.
+"""`lookup_knowledge` as a hayhooks pipeline: `POST /lookup_knowledge/run` `{query, session_id?, filters?, max_chars?,
+cursor?}` → `{"result": ...}`.
 
 ```bash
 HAYSTACK_TELEMETRY_ENABLED=False HAYHOOKS_TRACING_ENABLED=false LOOKUP_KNOWLEDGE_DATA_DIR=data \
@@ -45,13 +46,25 @@ class PipelineWrapper(BasePipelineWrapper):
         self.service = KnowledgeService.load(PIPELINE.read() or DEFAULT_LOOKUP_PIPELINE)
         self.pipeline = self.service.pipeline
 
-    def run_api(self, query: str, session_id: str | None = None) -> dict[str, Any]:
+    def run_api(
+        self,
+        query: str,
+        session_id: str | None = None,
+        filters: dict[str, str | list[str]] | None = None,
+        max_chars: int | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
         """
         Look up the knowledge base and get back evidence, not an answer (found=false means "no knowledge", never a
         fact).
 
         :param query: The question or its key terms, in the user's language (1 to 2,000 characters).
         :param session_id: A stable id for the conversation: evidence already returned in it is not repeated.
-        :returns: The LookupResult JSON: found, evidenceStatus, evidenceBlocks, contextPack, traceId, ...
+        :param filters: Search only documents matching all of these, strictly: category, tags, source, source_prefix,
+            updated_after and the declared fields.
+        :param max_chars: The most characters of evidence to return.
+        :param cursor: A previous result's `cursor`: the next blocks of that lookup.
+        :returns: The LookupResult JSON: found, evidenceStatus, evidenceBlocks (each with its citation),
+            moreAvailable, cursor, traceId, ...
         """
-        return self.service.lookup(query, session_id=session_id)
+        return self.service.lookup(query, session_id=session_id, filters=filters, max_chars=max_chars, cursor=cursor)

@@ -19,9 +19,18 @@ from typing import Any
 
 from haystack import Pipeline, logging
 from haystack.tools import PipelineTool
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
+from components.core.lookup_result import FilterReport
 from pipelines.service import KnowledgeService
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
+from pipelines.tool_contract import (
+    TOOL_DESCRIPTION,
+    TOOL_NAME,
+    TOOL_PARAMETERS,
+    tool_parameters,
+)
 
 __all__ = [
     "ERROR_STATUSES",
@@ -38,55 +47,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-TOOL_NAME = "lookup_knowledge"
-
-TOOL_DESCRIPTION = """\
-Look up the knowledge base (runbooks, processes, product FAQs; English and Chinese) and get back evidence, \
-not an answer. The result is JSON.
-
-How to use it:
-- found=true (evidenceStatus "evidence"): answer only from contextPack.packedText or evidenceBlocks[].content, and \
-cite the `source` of every fact you use, with its section (`breadcrumb`), e.g. "(alerts/disk.md, Disk Full \
-Runbook > Diagnosis)". Every block cleared the knowledge base's noise ceiling: it is evidence, not a guess. \
-relevanceLevel (high/medium/low) says how strong the best evidence is (prefer a high block when blocks disagree); \
-a block's `similarity` (0-1) is comparable across lookups, its `score` only within one; completenessHint \
-"truncated" means some evidence was cut to fit (see contextPack.omittedSources).
-- found=false with evidenceStatus "no_evidence" (or "l1_disabled"): the knowledge base has nothing usable on this. \
-That means "no knowledge", never a fact: do not conclude that something is absent, false or impossible; say that \
-the knowledge base has no answer, or try again with other words.
-- evidenceStatus "already_returned": everything relevant was already returned earlier in this session. Reuse the \
-evidence you received before; do not treat this as "no knowledge".
-- Bad input (empty or too long query) and failures (knowledge store unavailable) come back as a tool error with the \
-reason. Fix the query, or tell the user the lookup failed; an error is never evidence.
-
-Arguments: `query` is the question or its key terms, in the user's language. `session_id` is a stable id for the \
-conversation: pass the same value on every call of one conversation so that evidence is not repeated. Every call \
-is recorded; `traceId` identifies the record."""
-
-TOOL_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "query": {
-            "type": "string",
-            "description": "The question or its key terms, in the user's language (1 to 2,000 characters).",
-        },
-        "session_id": {
-            "type": "string",
-            "description": (
-                "A stable id for this conversation, the same on every call. Evidence already returned in the "
-                "session is not returned again (evidenceStatus already_returned)."
-            ),
-        },
-    },
-    "required": ["query"],
-    "additionalProperties": False,
-}
-
 
 #: Statuses that reach the agent as a tool error instead of a result.
 ERROR_STATUSES = ("invalid_query", "error")
-
-_BLOCK_KEYS = ("evidenceKey", "source", "title", "breadcrumb", "content", "similarity", "score", "hitReasons")
 
 _ERROR_ADVICE = {
     "invalid_query": "Call lookup_knowledge again with a non-empty question (at most 2,000 characters).",
@@ -110,39 +73,84 @@ class LookupToolError(RuntimeError):
         self.result = result
 
 
+class _Served(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+
+class ServedBlock(_Served):
+    """One piece of evidence as the agent receives it: sent once, with what it needs to cite and follow it."""
+
+    citation: str = Field(description="Stable id of the block: read_evidence(citation) reads it whole, with context.")
+    source: str
+    title: str = ""
+    breadcrumb: str = Field(default="", description="The section's headings, to cite.")
+    location: str = Field(default="", description="Lines (text formats) or pages (PDF) in the file, to cite.")
+    content: str
+    similarity: float = Field(description="Normalized similarity to the query, 0-1, comparable across lookups.")
+    hit_reasons: list[str] = Field(default_factory=list)
+    truncated: bool = Field(default=False, description="The content was cut to fit max_chars.")
+
+
+class ServedTrace(_Served):
+    """Why the retrieval retried, if it did."""
+
+    fallback_reason: str | None = None
+
+
+class ServedResult(_Served):
+    """The result of `lookup_knowledge` as an agent receives it: each piece of evidence once."""
+
+    found: bool
+    evidence_status: str
+    message: str
+    evidence_blocks: list[ServedBlock] = Field(default_factory=list)
+    relevance_level: str = "none"
+    completeness_hint: str = "none"
+    truncated: bool = False
+    more_available: bool = Field(default=False, description="More evidence passed: call again with `cursor`.")
+    cursor: str | None = None
+    filters: FilterReport | None = None
+    retrieval_trace: ServedTrace = Field(default_factory=ServedTrace)
+    trace_id: int | None = None
+    trace_error: str | None = None
+    error: str | None = None
+
+
 def compact_result(result: dict[str, Any]) -> dict[str, Any]:
     """
-    Reduce a `LookupResult` JSON dict to what an agent needs.
+    Reduce a `LookupResult` JSON dict to what an agent needs, each piece of evidence once (`ServedResult`).
 
-    Kept: `found`, `evidenceStatus`, `message`, `evidenceBlocks` (key, source, title, breadcrumb, content,
-    similarity, score, hit reasons), `contextPack` (packed text, included and omitted sources), `relevanceLevel`,
-    `completenessHint`, `retrievalTrace.fallbackReason`, `traceId`, `traceError`, `error`. Dropped: the retrieval
-    attempts, the rerank trace, the evidence decision, the L0 hints, score labels, the echoed query and session (all
-    of it stays in the trace database).
+    Kept: `found`, `evidenceStatus`, `message`, `evidenceBlocks` (citation, source, title, breadcrumb, location,
+    content, similarity, hit reasons, truncated), `relevanceLevel`, `completenessHint`, `truncated`,
+    `moreAvailable`, `cursor`, `filters`, `retrievalTrace.fallbackReason`, `traceId`, `traceError`, `error`. Dropped:
+    the context pack's text (the blocks' content again, with headers), rank scores, the retrieval attempts, the
+    rerank trace, the evidence decision, the L0 hints, the echoed query and session (all of it stays in the trace
+    database).
 
     :param result: The camelCase `LookupResult` JSON (the lookup pipeline's `recorder.result`).
-    :returns: The compact dict (JSON-serializable).
+    :returns: The compact dict (JSON-serializable, camelCase).
     """
-    pack = result.get("contextPack") or {}
-    trace = result.get("retrievalTrace") or {}
-    blocks = result.get("evidenceBlocks") or []
-    return {
-        "found": bool(result.get("found")),
-        "evidenceStatus": result.get("evidenceStatus"),
-        "message": result.get("message", ""),
-        "evidenceBlocks": [{key: block.get(key) for key in _BLOCK_KEYS} for block in blocks],
-        "contextPack": {
-            "packedText": pack.get("packedText", ""),
-            "includedSources": list(pack.get("includedSources") or []),
-            "omittedSources": list(pack.get("omittedSources") or []),
-        },
-        "relevanceLevel": result.get("relevanceLevel", "none"),
-        "completenessHint": result.get("completenessHint", "none"),
-        "retrievalTrace": {"fallbackReason": trace.get("fallbackReason")},
-        "traceId": result.get("traceId"),
-        "traceError": result.get("traceError"),
-        "error": result.get("error"),
-    }
+    blocks = [
+        {name: block[to_camel(name)] for name in ServedBlock.model_fields if block.get(to_camel(name)) is not None}
+        for block in (result.get("evidenceBlocks") or [])
+    ]
+    served = ServedResult(
+        found=bool(result.get("found")),
+        evidence_status=str(result.get("evidenceStatus")),
+        message=result.get("message", ""),
+        evidence_blocks=[ServedBlock.model_validate(b) for b in blocks],
+        relevance_level=result.get("relevanceLevel", "none"),
+        completeness_hint=result.get("completenessHint", "none"),
+        truncated=bool(result.get("truncated")),
+        more_available=bool(result.get("moreAvailable")),
+        cursor=result.get("cursor"),
+        filters=result.get("filters"),
+        retrieval_trace=ServedTrace(fallback_reason=(result.get("retrievalTrace") or {}).get("fallbackReason")),
+        trace_id=result.get("traceId"),
+        trace_error=result.get("traceError"),
+        error=result.get("error"),
+    )
+    return served.model_dump(mode="json", by_alias=True)
 
 
 def compact_result_json(result: dict[str, Any]) -> str:
@@ -179,11 +187,14 @@ class LookupKnowledgeTool(PipelineTool):
     """
     The `lookup_knowledge` tool: Haystack's `PipelineTool` on the lookup pipeline, with the evidence-first contract.
 
-    The pipeline runs first, so every call (rejected ones included) is recorded; then a rejected or failed lookup
-    raises `LookupToolError`, which an `Agent` turns into an error tool result. A missing `query` runs as an empty
-    one (rejected and recorded), a non-string `session_id` is used as its string form, unexpected arguments are
-    ignored (and logged). Calls go through the `KnowledgeService`: the `Agent` may run tool calls in parallel
-    threads, and they run in parallel, but for calls of one session, which run one after another.
+    The pipeline runs first, so every call (rejected ones included) is recorded; then a rejected or failed lookup raises
+    `LookupToolError`, which an `Agent` turns into an error tool result. A missing `query` runs as an empty one
+    (rejected and recorded), a non-string `session_id` is used as its string form, `filters`, `max_chars` and `cursor`
+    go to the service as given (a wrong one is rejected and recorded), unexpected arguments are ignored (and logged).
+    Its name is the pipeline's (`recorder.tool_name`) and its description, unless given, the pipeline's
+    `metadata.tool_description` or one built from the knowledge base (its categories, languages and filter keys). Calls
+    go through the `KnowledgeService`: the `Agent` may run tool calls in parallel threads, and they run in parallel, but
+    for calls of one session, which run one after another.
 
     ### Usage example
 
@@ -192,7 +203,7 @@ class LookupKnowledgeTool(PipelineTool):
     from pipelines import load_pipeline
 
     tool = LookupKnowledgeTool(KnowledgeService.load(data_dir="data"))
-    print(tool.lookup("disk full on a node", session_id="chat-42")["contextPack"]["packedText"])
+    print(tool.lookup("disk full on a node", session_id="chat-42")["evidenceBlocks"][0]["content"])
     ```
     """
 
@@ -200,8 +211,8 @@ class LookupKnowledgeTool(PipelineTool):
         self,
         service: KnowledgeService | Pipeline,
         *,
-        name: str = TOOL_NAME,
-        description: str = TOOL_DESCRIPTION,
+        name: str | None = None,
+        description: str | None = None,
         input_mapping: dict[str, list[str]] | None = None,
         output_mapping: dict[str, str] | None = None,
         parameters: dict[str, Any] | None = None,
@@ -214,13 +225,15 @@ class LookupKnowledgeTool(PipelineTool):
 
         :param service: The service (`KnowledgeService.load`), or a lookup pipeline (`pipelines.load_pipeline`) to
             wrap in one.
-        :param name: Tool name.
-        :param description: Tool description (the evidence-first contract by default).
+        :param name: Tool name (default: the service's, `recorder.tool_name` in the YAML).
+        :param description: Tool description (default: the service's, the evidence-first contract naming the
+            knowledge base).
         :param input_mapping: Tool argument → pipeline input sockets (default: `query` to the `QueryTransformer`'s
             `query` and the `TraceRecorder`'s `raw_query`, `session_id` to the `QueryTransformer`, whatever their
             node names).
         :param output_mapping: Pipeline output → tool output (default: the `TraceRecorder`'s `result` as `result`).
-        :param parameters: JSON schema of the arguments (default: `query` required, `session_id` optional).
+        :param parameters: JSON schema of the arguments (default: `query` required; `session_id`, `filters` with the
+            knowledge base's filter keys, `max_chars` and `cursor` optional).
         :param outputs_to_string: How the result becomes the agent's string (default: `compact_result_json`).
         :param inputs_from_state: See `PipelineTool`.
         :param outputs_to_state: See `PipelineTool`.
@@ -229,11 +242,11 @@ class LookupKnowledgeTool(PipelineTool):
         default_inputs, default_outputs = self.service.tool_sockets()
         super().__init__(
             self.service.pipeline,
-            name=name,
-            description=description,
+            name=name or self.service.tool_name,
+            description=description or self.service.tool_description(),
             input_mapping=input_mapping or default_inputs,
             output_mapping=output_mapping or default_outputs,
-            parameters=parameters or TOOL_PARAMETERS,
+            parameters=parameters or tool_parameters(self.service.filter_keys()),
             outputs_to_string=outputs_to_string or {"source": "result", "handler": compact_result_json},
             inputs_from_state=inputs_from_state,
             outputs_to_state=outputs_to_state,
@@ -251,6 +264,7 @@ class LookupKnowledgeTool(PipelineTool):
         """
         query = kwargs.pop("query", None)
         session_id = kwargs.pop("session_id", None)
+        options = {key: kwargs.pop(key) for key in ("filters", "max_chars", "cursor") if key in kwargs}
         if kwargs:
             logger.warning(
                 "{tool} ignores unexpected arguments {names}; it takes query and session_id",
@@ -261,7 +275,7 @@ class LookupKnowledgeTool(PipelineTool):
             query = ""
         if session_id is not None and not isinstance(session_id, str):
             session_id = str(session_id)
-        output = {"result": self.lookup_result(query, session_id=session_id)}
+        output = {"result": self.lookup_result(query, session_id=session_id, **options)}
         raise_for_status(output["result"])
         return output
 
@@ -280,28 +294,31 @@ class LookupKnowledgeTool(PipelineTool):
         """The lookup pipeline this tool runs (read it, e.g. for its collection; run it only through the tool)."""
         return self._pipeline
 
-    def lookup_result(self, query: Any, session_id: str | None = None) -> dict[str, Any]:
+    def lookup_result(self, query: Any, session_id: str | None = None, **options: Any) -> dict[str, Any]:
         """
         One call through the service: the full `LookupResult`, never raising.
 
         :param query: The query (a non-string is rejected by the query transformer, and recorded).
         :param session_id: The caller's session.
+        :param options: `filters`, `max_chars`, `cursor` (`KnowledgeService.lookup`).
         :returns: The camelCase `LookupResult` JSON (with `traceId`); the call is recorded.
         """
         # the service's `lookup`, not PipelineTool's own call: a component that raises is recorded as `error` too
-        return self.service.lookup(query, session_id=session_id)
+        return self.service.lookup(query, session_id=session_id, **options)
 
-    def lookup(self, query: str, session_id: str | None = None) -> dict[str, Any]:
+    def lookup(self, query: str, session_id: str | None = None, **options: Any) -> dict[str, Any]:
         """
         One call outside an agent (the MCP server uses this): the compact result, or `LookupToolError`.
 
         :param query: The query.
         :param session_id: The caller's session.
+        :param options: `filters`, `max_chars`, `cursor`; None values are left out.
         :returns: The compact result (`compact_result`).
         :raises LookupToolError: For `invalid_query` and `error` results (the call is recorded).
         """
         self.warm_up()
-        return compact_result(self._invoke(query=query, session_id=session_id)["result"])
+        given = {key: value for key, value in options.items() if value is not None}
+        return compact_result(self._invoke(query=query, session_id=session_id, **given)["result"])
 
 
 def lookup_knowledge_tool(
@@ -312,6 +329,8 @@ def lookup_knowledge_tool(
     trace_db_url: str | None = None,
     component_params: dict[str, dict[str, Any]] | None = None,
     pipeline: Pipeline | None = None,
+    name: str | None = None,
+    description: str | None = None,
 ) -> LookupKnowledgeTool:
     """
     Build the `lookup_knowledge` tool for a Haystack `Agent`.
@@ -329,16 +348,22 @@ def lookup_knowledge_tool(
     :param trace_db_url: Trace database URL (else `TRACE_DB_URL`, else SQLite in the data folder).
     :param component_params: `{component: {init_param: value}}` overrides.
     :param pipeline: An already loaded lookup pipeline to wrap instead of loading `path`.
-    :returns: The tool (named `lookup_knowledge`, arguments `query` and optional `session_id`).
-    :raises ValueError: If `pipeline` is given together with loading options.
+    :param name: The tool's name (default: the pipeline's `recorder.tool_name`, `lookup_knowledge` as shipped); the
+        trace rows carry it too.
+    :param description: The tool's description (default: the pipeline's `metadata.tool_description`, else the
+        evidence-first contract naming the knowledge base).
+    :returns: The tool (arguments `query`, and optional `session_id`, `filters`, `max_chars`, `cursor`).
+    :raises ValueError: If `pipeline` is given together with loading options, or the name is not a tool name.
     """
     if pipeline is not None:
         if any(option is not None for option in (data_dir, milvus_uri, trace_db_url, component_params)):
             msg = "pass either pipeline=... or the options to load one (data_dir, milvus_uri, ...), not both"
             raise ValueError(msg)
-        return LookupKnowledgeTool(pipeline)
-    return LookupKnowledgeTool(
-        KnowledgeService.load(
+        service = KnowledgeService(pipeline)
+    else:
+        service = KnowledgeService.load(
             path, data_dir=data_dir, milvus_uri=milvus_uri, trace_db_url=trace_db_url, component_params=component_params
         )
-    )
+    if name is not None:
+        service.name_tool(name)
+    return LookupKnowledgeTool(service, description=description)

@@ -153,8 +153,24 @@ def _print_result(result: dict) -> None:
         print(
             f"\n- {block['source']} | {block['breadcrumb']} | {block['score']:.3f} | {', '.join(block['hitReasons'])}"
         )
+        if block.get("citation"):
+            print(f"  cite: {block['citation']}")
         text = " ".join(block["content"].split())
         print(f"  {text[:300]}{'…' if len(text) > 300 else ''}")
+    if result.get("moreAvailable"):
+        print(f"\nmore: --cursor {result['cursor']}")
+
+
+def _filters(specs: list[str]) -> dict[str, str | list[str]] | None:
+    """`--filter KEY=VALUE` options as `filters`: a key given twice is any of its values."""
+    filters: dict[str, list[str]] = {}
+    for spec in specs:
+        key, sep, value = spec.partition("=")
+        if not sep or not key.strip():
+            msg = f"--filter {spec!r} must be KEY=VALUE, e.g. category=alerts"
+            raise ValueError(msg)
+        filters.setdefault(key.strip(), []).append(value)
+    return {k: v[0] if len(v) == 1 else v for k, v in filters.items()} or None
 
 
 def _require_data_folder(deployment: Deployment) -> None:
@@ -187,7 +203,13 @@ def cmd_ask(args: argparse.Namespace) -> int:
     service = KnowledgeService.load(
         args.pipeline or DEFAULT_LOOKUP_PIPELINE, data_dir=args.data_dir, component_params=overrides, warm_up=False
     )
-    result = service.lookup(args.query, session_id=args.session)
+    result = service.lookup(
+        args.query,
+        session_id=args.session,
+        filters=_filters(args.filter),
+        max_chars=args.max_chars,
+        cursor=args.cursor,
+    )
     if args.json:
         print(json.dumps(result, ensure_ascii=False, indent=1))
     else:
@@ -268,6 +290,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             allow_remote=args.allow_remote,
             allowed_hosts=args.allowed_host,
             component_params=_overrides(args.set),
+            tool_name=args.tool_name,
+            tool_description=args.tool_description,
         )
     return 0
 
@@ -365,6 +389,15 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--json", action="store_true", help="print exactly the LookupResult JSON")
     ask.add_argument("--data-dir", default=None)
     ask.add_argument("--pipeline", default=None, help="lookup pipeline YAML (default: the shipped pipelines.yaml)")
+    ask.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="search only documents with this value (repeatable; a key twice: either value), e.g. category=alerts",
+    )
+    ask.add_argument("--max-chars", type=int, default=None, help="the most characters of evidence to return")
+    ask.add_argument("--cursor", default=None, help="a previous result's cursor: that lookup's next blocks")
     _add_set(ask, "packer.char_budget=2000")
     ask.set_defaults(func=cmd_ask)
 
@@ -405,6 +438,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME[:PORT]",
         help="a Host header to serve besides loopback and --host (repeatable), e.g. kb.internal:8765",
+    )
+    serve_p.add_argument(
+        "--tool-name",
+        default=None,
+        help="the lookup tool's name (default: lookup_knowledge); give each knowledge base served to one agent its own",
+    )
+    serve_p.add_argument(
+        "--tool-description",
+        default=None,
+        help="the lookup tool's description (default: pipelines.yaml metadata.tool_description, else one naming the "
+        "knowledge base's categories and languages)",
     )
     _add_set(serve_p, "gate.max_gap=0.03")
     serve_p.set_defaults(func=cmd_serve)

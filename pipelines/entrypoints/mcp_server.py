@@ -29,11 +29,12 @@ answers a missing or wrong token in Dify's shape, 403).
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging as stdlib_logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
@@ -53,9 +54,10 @@ from mcp.types import (
     ErrorData,
     JSONRPCError,
     TextContent,
+    ToolAnnotations,
     jsonrpc_message_adapter,
 )
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -63,12 +65,9 @@ from starlette.responses import JSONResponse
 
 from components.core.environment import SERVER_TOKEN
 from pipelines.entrypoints.agent_tool import (
-    TOOL_DESCRIPTION,
-    TOOL_NAME,
-    TOOL_PARAMETERS,
     LookupKnowledgeTool,
     LookupToolError,
-    compact_result_json,
+    ServedResult,
     lookup_knowledge_tool,
 )
 from pipelines.entrypoints.rest_api import (
@@ -78,8 +77,16 @@ from pipelines.entrypoints.rest_api import (
     load_json,
     rest_routes,
 )
+from pipelines.knowledge_reads import DocumentRead, EvidenceRead, Facets
 from pipelines.service import KnowledgeService
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, DEFAULT_MCP_HOST, DEFAULT_MCP_PORT
+from pipelines.tool_contract import (
+    BUILT_IN_FILTER_KEYS,
+    TOOL_DESCRIPTION,
+    TOOL_NAME,
+    TOOL_PARAMETERS,
+    filters_schema,
+)
 
 __all__ = [
     "AnsweringReadStream",
@@ -103,48 +110,158 @@ _LOOPBACK_HOST_HEADERS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
 STDIO_MAX_JSON_DEPTH = 200
 
 SERVER_INSTRUCTIONS = (
-    "Evidence-first knowledge lookup. Call lookup_knowledge before answering questions about the knowledge base; "
+    "Evidence-first knowledge lookup. Call the lookup tool before answering questions about the knowledge base; "
     "answer only from the evidence it returns and cite its sources. Pass the same session_id on every call of a "
-    "conversation."
+    "conversation. list_facets says what filters accept; read_evidence and read_document read on from a citation."
 )
+
+
+def compact_json(body: dict[str, Any]) -> str:
+    """
+    :param body: A JSON-serializable result.
+    :returns: It as compact JSON text (no indentation, non-ASCII kept): what an agent reads.
+    """
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+
 
 _QUERY_DESCRIPTION = TOOL_PARAMETERS["properties"]["query"]["description"]
 _SESSION_DESCRIPTION = TOOL_PARAMETERS["properties"]["session_id"]["description"]
+_FILTERS_DESCRIPTION = TOOL_PARAMETERS["properties"]["filters"]["description"]
+_MAX_CHARS_DESCRIPTION = TOOL_PARAMETERS["properties"]["max_chars"]["description"]
+_CURSOR_DESCRIPTION = TOOL_PARAMETERS["properties"]["cursor"]["description"]
+FACETS_URI = "knowledge://facets"
+
+
+def filters_model(filter_keys: Sequence[str]) -> type[BaseModel]:
+    """
+    The `filters` argument as a pydantic model (the MCP SDK derives the tool's input schema from it): one optional
+    field per key the knowledge base accepts, no other key.
+
+    :param filter_keys: The keys (`KnowledgeService.filter_keys`).
+    :returns: The model.
+    """
+    properties = filters_schema(filter_keys)["properties"]
+    fields: dict[str, Any] = {}
+    for key in filter_keys:
+        kind: Any = str | None if key in ("source_prefix", "updated_after") else str | list[str] | None
+        fields[key] = (kind, Field(default=None, description=properties[key]["description"]))
+    return create_model("Filters", __config__=ConfigDict(extra="forbid"), **fields)
+
+
+def _tool_error(tool: str, err: Exception) -> ToolError:
+    logger.exception("{tool} failed: {error}", tool=tool, error=err)
+    return ToolError(f"{tool} failed: {type(err).__name__}: {err}. Tell the user the knowledge lookup failed.")
+
+
+def _structured(body: dict[str, Any]) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=compact_json(body))], structured_content=body)
+
+
+def _read_result(body: dict[str, Any]) -> CallToolResult:
+    """A read's result; a refused request is a tool error with the reason (it is recorded all the same)."""
+    if body.get("status") in ("invalid_request", "error"):
+        raise ToolError(f"{body.get('message')} (traceId={body.get('traceId')})")
+    return _structured(body)
 
 
 def build_server(tool: LookupKnowledgeTool, *, log_level: str = "WARNING") -> MCPServer:
     """
     Build the MCP server around a `lookup_knowledge` tool (whose pipeline is loaded).
 
-    :param tool: From `pipelines.entrypoints.agent_tool.lookup_knowledge_tool`.
+    Four tools, all read-only and idempotent, each with its output schema: the lookup (named and described as the
+    tool is: `recorder.tool_name`, and the knowledge base it looks up), `list_facets`, `read_evidence` and
+    `read_document`; and the facets as the resource `knowledge://facets`.
+
+    :param tool: From `pipelines.entrypoints.agent_tool.lookup_knowledge_tool` (None: the server initializes and
+        lists its tools, with the built-in filter keys, but has nothing to answer with).
     :param log_level: The SDK's log level (logs go to stderr).
-    :returns: The server, with the one tool `lookup_knowledge`.
+    :returns: The server.
     """
     server: MCPServer = MCPServer(
         SERVER_NAME,
         instructions=SERVER_INSTRUCTIONS,
         log_level=log_level,  # type: ignore[arg-type]
     )
+    service = tool.service if tool is not None else None
+    keys = service.filter_keys() if service is not None else list(BUILT_IN_FILTER_KEYS)
+    name = tool.name if tool is not None else TOOL_NAME
+    filters_type = filters_model(keys)
+    read_only = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 
     def lookup_knowledge(
         query: Annotated[str, Field(description=_QUERY_DESCRIPTION)],
         session_id: Annotated[str | None, Field(description=_SESSION_DESCRIPTION)] = None,
-    ) -> CallToolResult:
+        filters: Any = None,  # typed below: this knowledge base's filter keys
+        max_chars: Annotated[int | None, Field(ge=200, description=_MAX_CHARS_DESCRIPTION)] = None,
+        cursor: Annotated[str | None, Field(description=_CURSOR_DESCRIPTION)] = None,
+    ) -> Annotated[CallToolResult, ServedResult]:
         """Run one lookup; runs in a worker thread (the tool serializes its pipeline runs)."""
+        given = filters.model_dump(exclude_none=True) if filters is not None else None
         try:
-            compact = tool.lookup(query, session_id=session_id)
+            compact = tool.lookup(query, session_id=session_id, filters=given, max_chars=max_chars, cursor=cursor)
         except LookupToolError as err:
             raise ToolError(str(err)) from err
         except Exception as err:  # a crash inside the pipeline: still a tool error, never a dead server
-            logger.exception("lookup_knowledge failed: {error}", error=err)
-            msg = f"{TOOL_NAME} failed: {type(err).__name__}: {err}. Tell the user the knowledge lookup failed."
-            raise ToolError(msg) from err
-        return CallToolResult(
-            content=[TextContent(type="text", text=compact_result_json(compact))],
-            structured_content=compact,
-        )
+            raise _tool_error(name, err) from err
+        return _structured(compact)
 
-    server.add_tool(lookup_knowledge, name=TOOL_NAME, description=TOOL_DESCRIPTION, structured_output=False)
+    def list_facets(
+        session_id: Annotated[str | None, Field(description=_SESSION_DESCRIPTION)] = None,
+    ) -> Annotated[CallToolResult, Facets]:
+        """What lookups may filter on (categories, tags, declared fields, folders, update days), with document counts
+        and sample values, and what the knowledge base holds (documents, chunks, languages, index version)."""
+        try:
+            return _structured(service.facets(session_id=session_id))  # type: ignore[union-attr]
+        except Exception as err:
+            raise _tool_error("list_facets", err) from err
+
+    def read_evidence(
+        citation: Annotated[str, Field(description="A block's `citation`, as a lookup returned it.")],
+        before: Annotated[int, Field(ge=0, le=10, description="Neighbouring chunks before it.")] = 1,
+        after: Annotated[int, Field(ge=0, le=10, description="Neighbouring chunks after it.")] = 1,
+        max_chars: Annotated[int | None, Field(ge=200, description="The most characters to return.")] = None,
+        session_id: Annotated[str | None, Field(description=_SESSION_DESCRIPTION)] = None,
+    ) -> Annotated[CallToolResult, EvidenceRead]:
+        """Read a cited block whole, with the chunks around it, from the document's current version (`changed` says
+        when the document changed since the citation was returned)."""
+        try:
+            body = service.read_evidence(citation, before, after, max_chars, session_id=session_id)  # type: ignore[union-attr]
+        except Exception as err:
+            raise _tool_error("read_evidence", err) from err
+        return _read_result(body)
+
+    def read_document(
+        source: Annotated[str, Field(description="A block's `source` (the document's path).")],
+        section: Annotated[
+            str | None, Field(description="A heading path or heading; the whole document without.")
+        ] = None,
+        max_chars: Annotated[int | None, Field(ge=200, description="The most characters to return.")] = None,
+        session_id: Annotated[str | None, Field(description=_SESSION_DESCRIPTION)] = None,
+    ) -> Annotated[CallToolResult, DocumentRead]:
+        """Read a document, or one of its sections, in order (with the list of its sections)."""
+        try:
+            body = service.read_document(source, section, max_chars, session_id=session_id)  # type: ignore[union-attr]
+        except Exception as err:
+            raise _tool_error("read_document", err) from err
+        return _read_result(body)
+
+    # annotations are strings here (`from __future__ import annotations`), resolved in this module's namespace: the
+    # model made for this knowledge base is set as the annotation itself
+    lookup_knowledge.__annotations__["filters"] = Annotated[
+        filters_type | None, Field(description=_FILTERS_DESCRIPTION)
+    ]
+    description = tool.description if tool is not None else TOOL_DESCRIPTION
+    server.add_tool(lookup_knowledge, name=name, description=description, annotations=read_only, structured_output=True)
+    for fn in (list_facets, read_evidence, read_document):
+        # the docstring as one paragraph: what the agent reads
+        summary = " ".join(inspect.cleandoc(fn.__doc__ or "").split())
+        server.add_tool(fn, description=summary, annotations=read_only, structured_output=True)
+
+    @server.resource(FACETS_URI, name="facets", mime_type="application/json")
+    def facets() -> str:
+        """The knowledge base's facets (as the list_facets tool returns them)."""
+        return compact_json(service.facets() if service is not None else {})
+
     return server
 
 
@@ -425,6 +542,8 @@ def serve(
     allowed_hosts: list[str] | None = None,
     token: Secret | None = None,
     component_params: dict[str, dict[str, Any]] | None = None,
+    tool_name: str | None = None,
+    tool_description: str | None = None,
 ) -> None:
     """
     Load the lookup pipeline once and serve `lookup_knowledge` until the client disconnects (stdio) or the process
@@ -442,6 +561,10 @@ def serve(
     :param token: The bearer token every HTTP request must send, a Haystack `Secret` (default: the
         `LOOKUP_KNOWLEDGE_TOKEN` environment variable, when set; none: loopback only).
     :param component_params: Init parameter overrides of the pipeline's components (`--set`).
+    :param tool_name: The lookup tool's name (default: the pipeline's, `lookup_knowledge`): two knowledge bases served
+        to one agent need two names.
+    :param tool_description: The lookup tool's description (default: the pipeline's `metadata.tool_description`,
+        else one naming the knowledge base).
     :raises ValueError: If `transport` is unknown, the pipeline file is not a pipeline, the bind is refused, or the
         HTTP token is one no request could send (`check_token`).
     :raises FileNotFoundError: If the pipeline file does not exist.
@@ -456,18 +579,22 @@ def serve(
     path = pipeline_path or DEFAULT_LOOKUP_PIPELINE
     if transport == "stdio":
         with _stdout_to_stderr():  # loading may start Milvus Lite; nothing it prints may reach the protocol stream
-            tool = lookup_knowledge_tool(path, data_dir=data_dir, component_params=component_params)
+            tool = lookup_knowledge_tool(
+                path, data_dir=data_dir, component_params=component_params, name=tool_name, description=tool_description
+            )
         serve_stdio(build_server(tool))
         return
     secret = token if token is not None else Secret.from_env_var(AUTH_ENV, strict=False)
     bearer = check_token(secret.resolve_value())  # both before loading anything
     check_bind(host, allow_remote, bearer)
-    tool = lookup_knowledge_tool(path, data_dir=data_dir, component_params=component_params)
+    tool = lookup_knowledge_tool(
+        path, data_dir=data_dir, component_params=component_params, name=tool_name, description=tool_description
+    )
     server = build_server(tool, log_level="INFO")
     logger.info(
         "Serving {tool} over streamable HTTP at http://{host}:{port}{path}, REST at /lookup, /retrieval (Dify), "
         "/health, /openapi.json (bearer token {auth})",
-        tool=TOOL_NAME,
+        tool=tool.name,
         host=host,
         port=port,
         path=HTTP_PATH,

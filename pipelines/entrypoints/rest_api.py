@@ -1,19 +1,23 @@
-"""REST routes beside the MCP endpoint: `POST /lookup`, Dify's `POST /retrieval`, `GET /health`, `GET /openapi.json`.
+"""REST routes beside the MCP endpoint: `POST /lookup`, Dify's `POST /retrieval`, `GET /health`, `GET /facets`,
+`POST /read_evidence`, `POST /read_document`, `GET /openapi.json`.
 
 `lookup-knowledge serve --transport http` serves them in the same process as `/mcp`
 (`pipelines.entrypoints.mcp_server.http_app` composes both), through the same `KnowledgeService` (`pipelines.service`),
 so MCP and REST lookups run alike: concurrently, one trace row each, calls of one session one after another.
 
-- `POST /lookup` `{query, session_id?}` → the full `LookupResult` JSON (camelCase, as `pipelines.lookup` returns it):
-  200 for `evidence`, `no_evidence`, `already_returned`, `l1_disabled`; 422 for `invalid_query` (empty or over-long
-  query); 503 for `error` (knowledge store unreachable, nothing indexed). The pipeline ran in all three cases, so the
-  call is recorded and the body has its `traceId`.
+- `POST /lookup` `{query, session_id?, filters?, max_chars?, cursor?}` → the full `LookupResult` JSON (camelCase,
+  as `pipelines.lookup` returns it): 200 for `evidence`, `no_evidence`, `already_returned`, `l1_disabled`; 422 for
+  `invalid_query` (empty or over-long query, unknown filter key, damaged cursor); 503 for `error` (knowledge store
+  unreachable, nothing indexed). The call is recorded in all three cases and the body has its `traceId`.
 - `POST /retrieval`: Dify's External Knowledge API (`pipelines.entrypoints.dify_knowledge`): `{"records": [...]}` or
   `{"error_code", "error_msg"}`.
 - `GET /health` → `{status, storeReachable, collection, collectionExists, indexVersion, documents, chunks, error}`:
   200 when the store answers and the collection exists, else 503 (`status: unavailable`), checked on a connection of
   its own, never through the lookup pipeline (no trace row). A check that itself fails (the knowledge index file
   cannot be read, e.g. it is corrupt) is 503 too, `status: error` with the reason in `error`: never a 500.
+- `GET /facets` → `list_facets`; `POST /read_evidence` `{citation, before?, after?, max_chars?, session_id?}` and `POST
+  /read_document` `{source, section?, max_chars?, session_id?}` → the reads (200; 404 `not_found`; 422
+  `invalid_request`; 503 `error`), each recorded as a trace row like a lookup.
 - `GET /openapi.json` → the OpenAPI 3.1 document of these routes.
 
 Requests that never reach the pipeline are refused with a one-line JSON error and leave no trace row, as the MCP SDK
@@ -30,6 +34,7 @@ with `bearer_token_matches`. Pipeline runs are blocking: they run in a worker th
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import re
@@ -51,8 +56,10 @@ from pipelines.entrypoints.dify_knowledge import (
     RetrievalRequest,
     RetrievalResponse,
     compile_filter,
+    matching_sources,
     records,
 )
+from pipelines.knowledge_reads import DocumentRead, EvidenceRead, Facets
 from pipelines.service import Health, KnowledgeService
 
 __all__ = [
@@ -86,6 +93,11 @@ MAX_JSON_DEPTH = 32
 
 #: `evidenceStatus` → HTTP status of `/lookup` (every other status is 200).
 LOOKUP_STATUS = {"invalid_query": 422, "error": 503}
+#: a read's `status` → HTTP status (`evidence` is 200)
+READ_STATUS = {"not_found": 404, "invalid_request": 422, "error": 503}
+FACETS_PATH = "/facets"
+READ_EVIDENCE_PATH = "/read_evidence"
+READ_DOCUMENT_PATH = "/read_document"
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -145,6 +157,36 @@ class LookupRequest(BaseModel):
     session_id: str | None = Field(
         default=None, description="A stable id for the conversation: evidence already returned in it is not repeated."
     )
+    filters: dict[str, str | list[str]] | None = Field(
+        default=None,
+        description="Search only documents matching all of these (strict): category, tags, source_prefix, "
+        "updated_after and the declared fields (`GET /facets` lists them and their values).",
+    )
+    max_chars: int | None = Field(default=None, ge=200, description="The most characters of evidence to return.")
+    cursor: str | None = Field(default=None, description="A previous result's `cursor`: that lookup's next blocks.")
+
+
+class ReadEvidenceRequest(BaseModel):
+    """The body of `POST /read_evidence`."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    citation: str = Field(description="A block's `citation`.")
+    before: int = Field(default=1, ge=0, le=10, description="Neighbouring chunks before it.")
+    after: int = Field(default=1, ge=0, le=10, description="Neighbouring chunks after it.")
+    max_chars: int | None = Field(default=None, ge=200, description="The most characters to return.")
+    session_id: str | None = None
+
+
+class ReadDocumentRequest(BaseModel):
+    """The body of `POST /read_document`."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    source: str = Field(description="A block's `source`.")
+    section: str | None = Field(default=None, description="A heading path or heading; the whole document without.")
+    max_chars: int | None = Field(default=None, ge=200, description="The most characters to return.")
+    session_id: str | None = None
 
 
 class ErrorBody(BaseModel):
@@ -385,15 +427,51 @@ def rest_routes(
     :param service: The loaded pipeline's service.
     :param security: Allowed Host and Origin headers (the MCP endpoint's).
     :param token: The bearer token: `/retrieval` checks it (the others rely on `BearerTokenMiddleware`).
-    :returns: `/lookup`, `/retrieval`, `/health` and `/openapi.json`.
+    :returns: `/lookup`, `/retrieval`, `/health`, `/facets`, `/read_evidence`, `/read_document` and `/openapi.json`.
     """
     check_host = HostCheck(security)
 
     async def lookup_route(request: Request) -> Response:
         await check_host(request)
         payload = parse_body(LookupRequest, await read_json(request))
-        result = await run_in_threadpool(service.lookup, payload.query, payload.session_id)
+        result = await run_in_threadpool(
+            functools.partial(
+                service.lookup,
+                payload.query,
+                payload.session_id,
+                filters=payload.filters,
+                max_chars=payload.max_chars,
+                cursor=payload.cursor,
+            )
+        )
         return JSONResponse(result, status_code=LOOKUP_STATUS.get(result.get("evidenceStatus", ""), 200))
+
+    async def facets_route(request: Request) -> Response:
+        await check_host(request)
+        return JSONResponse(await run_in_threadpool(service.facets))
+
+    async def read_evidence_route(request: Request) -> Response:
+        await check_host(request)
+        payload = parse_body(ReadEvidenceRequest, await read_json(request))
+        read = functools.partial(
+            service.read_evidence,
+            payload.citation,
+            payload.before,
+            payload.after,
+            payload.max_chars,
+            session_id=payload.session_id,
+        )
+        body = await run_in_threadpool(read)
+        return JSONResponse(body, status_code=READ_STATUS.get(body["status"], 200))
+
+    async def read_document_route(request: Request) -> Response:
+        await check_host(request)
+        payload = parse_body(ReadDocumentRequest, await read_json(request))
+        read = functools.partial(
+            service.read_document, payload.source, payload.section, payload.max_chars, session_id=payload.session_id
+        )
+        body = await run_in_threadpool(read)
+        return JSONResponse(body, status_code=READ_STATUS.get(body["status"], 200))
 
     async def retrieval_route(request: Request) -> Response:
         await check_host(request)
@@ -401,17 +479,25 @@ def rest_routes(
         payload = parse_body(RetrievalRequest, await read_json(request))
         if payload.knowledge_id not in service.knowledge_ids():
             raise dify_error(2001)
+        declared = await run_in_threadpool(service.filter_keys)
         try:
-            metadata_filter = compile_filter(payload.metadata_condition)
+            metadata_filter = compile_filter(payload.metadata_condition, declared)
         except ValueError as err:
             raise dify_error(4001, f"invalid request: {err}") from None
-        result = await run_in_threadpool(service.lookup, payload.query, None)
+        documents = await run_in_threadpool(service.documents)
+        filters = None
+        if metadata_filter.on_documents:  # search within the matching documents, not only filter what comes back
+            sources = matching_sources(metadata_filter, documents)
+            if not sources:
+                return JSONResponse({"records": []})
+            filters = {"source": sources}
+        lookup = functools.partial(service.lookup, payload.query, None, filters=filters)
+        result = await run_in_threadpool(lookup)
         status = LOOKUP_STATUS.get(str(result.get("evidenceStatus")))
         if status is not None:  # rejected (4221) or failed (5031): recorded, and an error for Dify
             raise ApiError(
                 status, str(result["evidenceStatus"]), f"{result.get('error')} (traceId={result.get('traceId')})"
             )
-        documents = await run_in_threadpool(service.documents)
         return JSONResponse({"records": records(result, payload.retrieval_setting, metadata_filter, documents)})
 
     async def health_route(request: Request) -> Response:
@@ -431,6 +517,9 @@ def rest_routes(
         Route(LOOKUP_PATH, _guarded(lookup_route, error_response), methods=["POST"]),
         Route(RETRIEVAL_PATH, _guarded(retrieval_route, dify_error_response), methods=["POST"]),
         Route(HEALTH_PATH, _guarded(health_route, error_response), methods=["GET"]),
+        Route(FACETS_PATH, _guarded(facets_route, error_response), methods=["GET"]),
+        Route(READ_EVIDENCE_PATH, _guarded(read_evidence_route, error_response), methods=["POST"]),
+        Route(READ_DOCUMENT_PATH, _guarded(read_document_route, error_response), methods=["POST"]),
         Route(OPENAPI_PATH, _guarded(openapi_route, error_response), methods=["GET"]),
     ]
 
@@ -492,6 +581,11 @@ def openapi_document() -> dict[str, Any]:
                     RetrievalResponse: "serialization",
                     DifyError: "serialization",
                     Health: "serialization",
+                    Facets: "serialization",
+                    ReadEvidenceRequest: "validation",
+                    EvidenceRead: "serialization",
+                    ReadDocumentRequest: "validation",
+                    DocumentRead: "serialization",
                     ErrorBody: "serialization",
                 }
             ),
@@ -531,6 +625,36 @@ def openapi_document() -> dict[str, Any]:
                             "The store does not answer or nothing is indexed (status unavailable), or the check "
                             "failed, e.g. the knowledge index file cannot be read (status error).",
                         ),
+                    },
+                }
+            },
+            FACETS_PATH: {
+                "get": {
+                    "summary": "What lookups may filter on, with document counts and sample values (list_facets)",
+                    "responses": {"200": _json("Facets", "The facets (recorded as a list_facets call).")},
+                }
+            },
+            READ_EVIDENCE_PATH: {
+                "post": {
+                    "summary": "A cited block whole, with its neighbours (read_evidence)",
+                    "requestBody": {"required": True, **_json("ReadEvidenceRequest", "The citation.")},
+                    "responses": {
+                        "200": _json("EvidenceRead", "The blocks (`changed` when the document changed since)."),
+                        "404": _json("EvidenceRead", "status not_found: the document is not indexed (any more)."),
+                        "422": _json("EvidenceRead", "status invalid_request: not a citation."),
+                        **refused,
+                    },
+                }
+            },
+            READ_DOCUMENT_PATH: {
+                "post": {
+                    "summary": "A document, or one of its sections (read_document)",
+                    "requestBody": {"required": True, **_json("ReadDocumentRequest", "The source and section.")},
+                    "responses": {
+                        "200": _json("DocumentRead", "The blocks in order, and the document's sections."),
+                        "404": _json("DocumentRead", "status not_found: no such document or section."),
+                        "422": _json("DocumentRead", "status invalid_request."),
+                        **refused,
                     },
                 }
             },

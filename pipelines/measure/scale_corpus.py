@@ -32,8 +32,8 @@ import numpy as np
 from haystack import Document, logging
 from tqdm import tqdm
 
+from components.core.citation import chunk_id
 from components.core.file_version import file_version
-from components.preprocessors.heading_chunker import chunk_id
 from components.store.knowledge_index import IndexedDocument
 from components.store.schema import CROSSLINGUAL_META_KEY
 from pipelines.indexing import KnowledgeIndexer, indexed_document

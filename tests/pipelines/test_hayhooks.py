@@ -61,7 +61,8 @@ class TestHayhooks:
             result = first.json()["result"]
             assert result["found"] is True and result["evidenceStatus"] == "evidence"
             assert result["evidenceBlocks"][0]["source"] == "alerts/disk.md"
-            assert "source: alerts/disk.md" in result["contextPack"]["packedText"]
+            assert "source: alerts/disk.md" in result["contextPack"]["packedText"]  # the full result keeps the pack
+            assert result["evidenceBlocks"][0]["citation"].startswith("alerts/disk.md#")
             again = client.post("/lookup_knowledge/run", json={"query": "disk full on the node", "session_id": "hh-1"})
             assert again.json()["result"]["evidenceStatus"] == "already_returned"  # the session memory works
             empty = client.post("/lookup_knowledge/run", json={"query": " ", "session_id": "hh-1"})
@@ -69,9 +70,30 @@ class TestHayhooks:
             malformed = client.post("/lookup_knowledge/run", json={"session_id": "hh-1"})
             assert malformed.status_code == 422  # hayhooks' request model: query is required
             schema = client.get("/openapi.json").json()["components"]["schemas"]["lookup_knowledgeRunRequest"]
-            assert schema["required"] == ["query"] and set(schema["properties"]) == {"query", "session_id"}
+            assert schema["required"] == ["query"]
+            assert set(schema["properties"]) == {"query", "session_id", "filters", "max_chars", "cursor"}
+            filtered = client.post(
+                "/lookup_knowledge/run",
+                json={
+                    "query": "退款多久到账",
+                    "session_id": "hh-1",
+                    "filters": {"category": "payments"},
+                    "max_chars": 200,
+                },
+            ).json()["result"]
+            assert filtered["found"] is True and {b["source"] for b in filtered["evidenceBlocks"]} == {
+                "payments/refund.md"
+            }
+            assert filtered["moreAvailable"] is True
+            page = client.post(
+                "/lookup_knowledge/run", json={"query": "", "cursor": filtered["cursor"], "max_chars": 200}
+            ).json()["result"]
+            assert page["found"] is True
+            assert not {b["evidenceKey"] for b in page["evidenceBlocks"]} & {
+                b["evidenceKey"] for b in filtered["evidenceBlocks"]
+            }
         ids = [r.json()["result"]["traceId"] for r in (first, again, empty)]
-        assert [(r.id, r.status) for r in reversed(server.rows(session_id="hh-1"))] == list(
+        assert [(r.id, r.status) for r in reversed(server.rows(session_id="hh-1"))][:3] == list(
             zip(ids, ["evidence", "already_returned", "invalid_query"], strict=True)
         )
         assert "Pipeline 'lookup_knowledge' successfully added" in server.log.read_text()

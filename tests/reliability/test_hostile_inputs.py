@@ -333,7 +333,12 @@ class TestMcpStdio:
         assert first["evidenceStatus"] == "evidence" and first["evidenceBlocks"][0]["source"] == "alerts/disk.md"
         refund = json.loads(replies[2]["result"]["content"][0]["text"])
         assert refund["evidenceBlocks"][0]["source"] == "payments/refund.md"
-        assert [t["name"] for t in replies[6]["result"]["tools"]] == ["lookup_knowledge"]
+        assert [t["name"] for t in replies[6]["result"]["tools"]] == [
+            "lookup_knowledge",
+            "list_facets",
+            "read_evidence",
+            "read_document",
+        ]
         store = TraceStore(Deployment.resolve(data).trace_db_url)
         assert [r.id for r in store.list(session_id="stdio-\\ud800")] == [first["traceId"]]
         assert len(store.list(session_id="stdio-plain")) == 2  # one row per call

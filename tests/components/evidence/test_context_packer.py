@@ -65,6 +65,7 @@ class TestContextPacker:
             ({"char_budget": 0}, "char_budget=0"),
             ({"min_content_chars": 0}, "min_content_chars=0"),
             ({"min_content_chars": -5}, "min_content_chars=-5"),
+            ({"char_budget": 5000, "max_char_budget": 4000}, "max_char_budget=4000 must be at least char_budget=5000"),
         ],
     )
     def test_invalid_init(self, kwargs, match):
@@ -72,12 +73,18 @@ class TestContextPacker:
             ContextPacker(**kwargs)
 
     def test_to_dict_from_dict(self):
-        packer = ContextPacker(char_budget=1500, min_content_chars=40, separator="\n--\n")
+        packer = ContextPacker(char_budget=1500, min_content_chars=40, separator="\n--\n", max_char_budget=9000)
         data = component_to_dict(packer, "packer")
-        assert data["init_parameters"] == {"char_budget": 1500, "min_content_chars": 40, "separator": "\n--\n"}
+        assert data["init_parameters"] == {
+            "char_budget": 1500,
+            "min_content_chars": 40,
+            "separator": "\n--\n",
+            "max_char_budget": 9000,
+        }
         restored = component_from_dict(ContextPacker, data, "packer")
         assert isinstance(restored, ContextPacker)
         assert (restored.char_budget, restored.min_content_chars, restored.separator) == (1500, 40, "\n--\n")
+        assert restored.max_char_budget == 9000
 
     def test_all_blocks_fit(self):
         docs = [_block(i, f"Content of block {i}. " * 5) for i in (1, 2, 3)]
@@ -213,11 +220,32 @@ class TestContextPacker:
         assert pack["charBudget"] == 4000
         assert out["documents"] == []
 
-    def test_documents_returned_unchanged_and_inputs_not_mutated(self):
+    def test_the_delivered_blocks_are_passed_on_as_packed_and_inputs_not_mutated(self):
         docs = [_block(1, _body(100)), _block(2, _body(3000)), _block(3, _body(3000))]
         before = copy.deepcopy(docs)
         out = ContextPacker(char_budget=600).run(documents=docs)
-        assert out["context_pack"]["truncatedSources"]  # a cut really happened
+        pack = out["context_pack"]
+        assert pack["truncatedSources"] == ["docs/d2.md#0"] and pack["omittedSources"] == ["docs/d3.md#0"]
         assert docs == before
-        assert out["documents"] == before
-        assert [d.content for d in out["documents"]] == [d.content for d in before]
+        delivered = list(out["documents"])
+        assert [d.meta["evidence_key"] for d in delivered] == ["docs/d1.md#0", "docs/d2.md#0"]  # d3 waits
+        assert delivered[0] == before[0]
+        cut = delivered[1]
+        assert cut.meta["content_truncated"] is True and "content_truncated" not in delivered[0].meta
+        assert cut.content.endswith(" …") and before[1].content.startswith(cut.content.removesuffix(" …"))
+        assert cut.content in pack["packedText"]  # the block carries exactly what the pack holds
+
+    def test_the_first_block_is_delivered_whatever_the_budget(self):
+        first = _block(1, _body(5000), breadcrumb="A long section path > " * 3 + "End")
+        out = ContextPacker(char_budget=200, min_content_chars=80).run(documents=[first, _block(2, _body(50))])
+        [delivered] = out["documents"]
+        assert delivered.meta["evidence_key"] == "docs/d1.md#0" and delivered.meta["content_truncated"] is True
+        assert delivered.content.endswith(" …") and len(delivered.content) < 80  # less than the minimum: the first
+        assert out["context_pack"]["omittedSources"] == ["docs/d2.md#0"]
+
+    @pytest.mark.parametrize(("asked", "applied"), [(50, 200), (1000, 1000), (10**9, 3000)])
+    def test_a_callers_budget_is_kept_between_the_floor_and_the_configured_cap(self, asked, applied):
+        docs = [_block(i, _body(900)) for i in range(1, 6)]
+        pack = ContextPacker(char_budget=500, max_char_budget=3000).run(documents=docs, char_budget=asked)
+        assert pack["context_pack"]["charBudget"] == applied
+        assert pack["context_pack"]["usedChars"] <= applied

@@ -10,6 +10,8 @@ from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 from pydantic import ValidationError
 
+from components.core.citation import Citation
+from components.core.cursor import Cursor
 from components.core.lookup_result import LookupResult
 from components.evidence.context_packer import ContextPacker
 from components.evidence.lookup_result_assembler import LookupResultAssembler
@@ -26,6 +28,10 @@ RESULT_KEYS = {
     "completenessHint",
     "l0Hints",
     "evidenceDecision",
+    "truncated",
+    "moreAvailable",
+    "cursor",
+    "filters",
 }
 BLOCK_KEYS = {
     "evidenceKey",
@@ -50,6 +56,9 @@ BLOCK_KEYS = {
     "retrievalPath",
     "scoreLabel",
     "hitReasons",
+    "citation",
+    "anchor",
+    "truncated",
 }
 DETAIL_KEYS = {
     "l0_hints",
@@ -470,6 +479,77 @@ class TestLookupResultAssembler:
         inputs = _inputs(docs, budget=400)
         assert inputs["context_pack"]["omittedSources"] and not inputs["context_pack"]["truncatedSources"]
         assert LookupResultAssembler().run(**inputs)["result"]["completenessHint"] == "truncated"
+
+    def test_a_block_carries_its_citation_and_anchor(self):
+        doc = _doc(1, chunk_index=3, doc_version="0123456789abcdef", line_start=10, line_end=24)
+        block = LookupResultAssembler().run(**_inputs([doc]))["result"]["evidenceBlocks"][0]
+        assert block["citation"] == "alerts/doc1.md#3@0123456789ab"
+        assert Citation.parse(block["citation"]) == Citation("alerts/doc1.md", 3, "0123456789ab")
+        assert block["anchor"] == {
+            "source": "alerts/doc1.md",
+            "headingPath": ["Doc 1", "Part 1"],
+            "lines": [10, 24],
+            "pages": None,
+            "docVersion": "0123456789abcdef",
+        }
+
+    def test_a_chunk_without_position_or_version_has_no_citation(self):
+        block = LookupResultAssembler().run(**_inputs([_doc(1)]))["result"]["evidenceBlocks"][0]
+        assert block["citation"] == "" and block["anchor"]["source"] == "alerts/doc1.md"
+
+    def test_evidence_the_pack_left_out_is_more_available_behind_a_cursor(self):
+        docs = [_doc(1, "x" * 280), _doc(2, "y" * 3000)]
+        inputs = _inputs(docs, budget=400, session_summary={"excluded": ["alerts/doc9.md#9"], "paged": []})
+        result = LookupResultAssembler().run(**inputs)["result"]
+        assert result["moreAvailable"] is True and result["truncated"] is True
+        page = Cursor.decode(result["cursor"])
+        assert page.query == "disk full on node" and page.filters == {}
+        # what earlier pages delivered and what this one delivers: the next page holds all of it back
+        assert page.delivered == ("alerts/doc9.md#9", "alerts/doc1.md#1", "alerts/doc2.md#2")
+        assert "cursor" in result["message"]
+
+    def test_blocks_over_the_block_cap_are_more_available(self):
+        dropped = [{"evidence_key": "alerts/doc7.md#7", "source": "alerts/doc7.md", "reason": "max_blocks"}]
+        inputs = _inputs([_doc(1)], dedup_summary={"candidate_count": 2, "dropped": dropped})
+        assert LookupResultAssembler().run(**inputs)["result"]["moreAvailable"] is True
+
+    @pytest.mark.parametrize("reason", ["duplicate_key", "per_document_cap"])
+    def test_a_duplicate_or_a_capped_document_is_no_more_evidence(self, reason):
+        dropped = [{"evidence_key": "alerts/doc1.md#5", "source": "alerts/doc1.md", "reason": reason}]
+        result = LookupResultAssembler().run(**_inputs([_doc(1)], dedup_summary={"dropped": dropped}))["result"]
+        assert result["moreAvailable"] is False and result["cursor"] is None
+
+    def test_a_page_after_the_last_says_there_is_no_more(self):
+        summary = {"excluded": ["alerts/doc1.md#1"], "paged": ["alerts/doc1.md#1"], "suppressed": []}
+        result = LookupResultAssembler().run(
+            **_inputs([], candidates=1, session_summary=summary, evidence_trace=_evidence(True, 1))
+        )["result"]
+        assert result["evidenceStatus"] == "already_returned" and "earlier pages" in result["message"]
+
+    def test_filters_that_match_nothing_say_which_values_exist(self):
+        report = {
+            "requested": {"category": "nope"},
+            "documents": 0,
+            "chunks": 0,
+            "available": {"category": [{"value": "alerts", "documents": 5}, {"value": "payments", "documents": 2}]},
+        }
+        inputs = _inputs([], candidates=0, filter_report=report, evidence_trace=_evidence(False, 0))
+        result = LookupResultAssembler().run(**inputs)["result"]
+        assert result["evidenceStatus"] == "no_evidence" and result["found"] is False
+        assert "match no indexed document" in result["message"] and "alerts (5), payments (2)" in result["message"]
+        assert result["filters"]["available"]["category"][0] == {"value": "alerts", "documents": 5}
+
+    def test_no_evidence_within_filters_says_where_it_searched(self):
+        report = {"requested": {"category": "alerts"}, "documents": 4, "chunks": 30}
+        inputs = _inputs([], candidates=3, filter_report=report, evidence_trace=_evidence(False, 3))
+        message = LookupResultAssembler().run(**inputs)["result"]["message"]
+        assert "Searched only within the filters {'category': 'alerts'}: 4 documents" in message
+
+    def test_refused_filters_are_an_invalid_query(self):
+        inputs = _inputs([_doc(1)], filter_error="filters has no key 'colour'")
+        result = LookupResultAssembler().run(**inputs)["result"]
+        assert result["evidenceStatus"] == "invalid_query" and result["evidenceBlocks"] == []
+        assert result["error"] == "filters: filters has no key 'colour'"
 
     def test_l0_hints_and_category_filter(self):
         result = LookupResultAssembler().run(**_inputs([_doc(1)], hints=HINTS, category_filter="alerts"))["result"]

@@ -123,6 +123,24 @@ class TestSessionEvidenceFilter:
         assert summary["previously_returned"] == 2
         assert "error" not in summary
 
+    @pytest.mark.parametrize("session_id", [None, ""])
+    def test_a_cursors_keys_are_held_back_without_a_session(self, tmp_path, make_filter, session_id):
+        docs = [_doc("a.md#0"), _doc("x.md#0"), _doc("b.md#1")]
+        store = make_filter(database_url=f"sqlite:///{tmp_path / 'none.db'}", spool_path=None)
+        out = store.run(documents=docs, session_id=session_id, exclude=["b.md#1", "a.md#0", "gone.md#3"])
+        assert _keys(out["documents"]) == ["x.md#0"]
+        summary = out["session_summary"]
+        assert summary["paged"] == ["a.md#0", "b.md#1"]
+        assert summary["excluded"] == ["b.md#1", "a.md#0", "gone.md#3"]
+        assert _keys(docs) == ["a.md#0", "x.md#0", "b.md#1"]  # the input is not changed
+
+    @pytest.mark.integration
+    def test_a_cursor_and_the_session_hold_back_together(self, seeded, make_filter):
+        docs = [_doc("a.md#0"), _doc("x.md#0"), _doc("y.md#1")]
+        out = make_filter(database_url=seeded).run(documents=docs, session_id="s1", exclude=["y.md#1"])
+        assert _keys(out["documents"]) == ["x.md#0"]
+        assert out["session_summary"]["suppressed"] == ["a.md#0"] and out["session_summary"]["paged"] == ["y.md#1"]
+
     @pytest.mark.integration
     def test_other_session_is_not_affected(self, seeded, make_filter):
         docs = [_doc("a.md#0"), _doc("b.md#0"), _doc("d.md#0")]

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from datetime import date, datetime
+
 import pytest
 from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
@@ -50,6 +52,40 @@ class TestKnowledgeMetadata:
         assert (b.meta["title"], b.meta["markup"]) == ("FastPCA: fast SVD", "text")
         assert (c.meta["title"], c.meta["markup"]) == ("# a comment, not a heading", "text")
         assert a.meta["doc_id"] == "a.md" and a.meta["doc_version"]
+
+    def test_the_update_day_and_the_declared_filterable_fields(self):
+        page = Document(
+            content="# A\ntext",
+            meta={
+                "source": "a.md",
+                "lastmod": date(2026, 3, 4),
+                "date": "2020-01-01",
+                "team": ["billing", "growth"],
+                "tier": 2,
+                "public": True,
+                "reviewed": datetime(2026, 1, 2, 9, 30),
+                "owner": {"name": "x"},
+            },
+        )
+        other = Document(content="# B\ntext", meta={"source": "b.md", "updated": "not a date", "date": "2024-05-06Z"})
+        fields = ["team", "tier", "public", "reviewed", "owner", "missing"]
+        [a, b] = _run(page, other, filterable_fields=fields)["documents"]
+        assert a.meta["updated"] == "2026-03-04"  # lastmod comes before date
+        assert a.meta["fields"] == {
+            "team": ["billing", "growth"],
+            "tier": ["2"],
+            "public": ["true"],
+            "reviewed": ["2026-01-02"],
+        }
+        assert b.meta["updated"] == "2024-05-06" and b.meta["fields"] == {}
+        assert _run(page)["documents"][0].meta["fields"] == {}  # nothing declared, nothing filterable
+
+    def test_field_lists_are_checked_and_serialized(self):
+        with pytest.raises(ValueError, match=r"filterable_fields=\[3\] must be a list of field names"):
+            KnowledgeMetadata(filterable_fields=[3])  # type: ignore[list-item]
+        data = component_to_dict(KnowledgeMetadata(updated_fields=["changed"], filterable_fields=["team"]), "m")
+        restored = component_from_dict(KnowledgeMetadata, data, "m")
+        assert (restored.updated_fields, restored.filterable_fields) == (["changed"], ["team"])
 
     def test_a_page_of_front_matter_only_is_its_description_or_skipped_with_why(self):
         section = Document(content="\n\n", meta={"source": "install/_index.md", "description": "Install Hugo."})

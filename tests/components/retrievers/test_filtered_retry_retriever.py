@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 from haystack.core.serialization import component_from_dict, component_to_dict
 
+from components.core.citation import chunk_ids
 from components.core.embedding_backends import get_backend
 from components.core.query_vector import QueryVector
 from components.core.scores import normalized_similarity
+from components.query.document_filter_resolver import MATCHES_NOTHING
 from components.retrievers.filtered_retry_retriever import LOW_QUALITY, NO_EVIDENCE, FilteredRetryRetriever
 from components.store.knowledge_collection import KnowledgeCollection
 from components.store.knowledge_index import KnowledgeIndex
@@ -106,6 +108,16 @@ def lexical(retriever: FilteredRetryRetriever, query: str, top_k: int, category:
     return retriever.collection.lexical_search(query, top_k, filters, source=retriever.lexical_source)[0]
 
 
+def chunk_ids_of(data_dir: Path, source: str) -> list[str]:
+    """The primary keys of a document's chunks, as the knowledge index determines them."""
+    doc = KnowledgeIndex.load(data_dir / "knowledge_index.json").by_source()[source]
+    return chunk_ids(doc.source, doc.doc_version, doc.chunks)
+
+
+def ids_filter(ids: list[str]) -> dict:
+    return {"field": "id", "operator": "in", "value": ids}
+
+
 def ideal_score(retriever: FilteredRetryRetriever, query: str) -> float:
     """The largest BM25 score the query's terms can reach, counted here from the collection's chunks."""
     rows = retriever.collection.scan(with_content=True)
@@ -136,6 +148,7 @@ class TestFilteredRetryRetriever:
             "category_filter",
             "top_k",
             "embedding_meta",
+            "filters",
         ]
         assert list(retriever.__haystack_output__._sockets_dict) == ["candidates", "retrieval_trace"]
 
@@ -249,6 +262,49 @@ class TestFilteredRetryRetriever:
         assert filtered["candidate_count"] == 0 and filtered["error"] is None and filtered["raw_hits"] == 0
         assert unfiltered["candidate_count"] > 0
         assert out["candidates"] and {d.meta["attempt"] for d in out["candidates"]} == {"unfiltered"}
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize(("mode", "lexical_source"), [("sdk", "local"), ("haystack", "milvus"), ("auto", "auto")])
+    def test_an_explicit_filter_is_strict_even_when_weak(
+        self, make_retriever, disk_vector, data_dir, mode, lexical_source
+    ):
+        # the disk question, searched only within the plans page: weak, and never retried without the filter
+        ids = chunk_ids_of(data_dir, "faq/plans.md")
+        retriever = make_retriever(mode=mode, reference_threshold=0.99, lexical=True, lexical_source=lexical_source)
+        out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION, filters=ids_filter(ids))
+        assert attempt_names(out) == ["explicit"]
+        assert out["retrieval_trace"]["attempts"][0]["filter"] == {"explicit": f"{len(ids)} chunks"}
+        assert out["candidates"] and {d.meta["source"] for d in out["candidates"]} == {"faq/plans.md"}
+
+    @pytest.mark.integration
+    def test_l0s_category_is_retried_away_but_the_explicit_filter_stays(self, make_retriever, disk_vector, data_dir):
+        ids = chunk_ids_of(data_dir, "alerts/disk.md") + chunk_ids_of(data_dir, "faq/plans.md")
+        retriever = make_retriever(mode="sdk", reference_threshold=0.99, lexical=True)
+        out = retriever.run(
+            query_embedding=disk_vector, query="pricing", category_filter="payments", filters=ids_filter(ids)
+        )
+        assert attempt_names(out) == ["filtered", "explicit"]
+        filtered, explicit = out["retrieval_trace"]["attempts"]
+        assert explicit["filter"] == {"explicit": f"{len(ids)} chunks"} and explicit["candidate_count"] > 0
+        assert filtered["filter"] == {"category": "payments", "explicit": f"{len(ids)} chunks"}
+        assert filtered["raw_hits"] == 0  # payments AND (disk or plans): nothing
+        assert {d.meta["source"] for d in out["candidates"]} == {"alerts/disk.md", "faq/plans.md"}
+        assert out["retrieval_trace"]["selected_attempt"] == "explicit"
+
+    def test_a_filter_that_matches_nothing_searches_nothing(self, make_retriever, disk_vector, monkeypatch):
+        retriever = make_retriever(mode="sdk")
+        monkeypatch.setattr(retriever, "_attempt", lambda *a, **k: pytest.fail("no attempt may search"))
+        out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION, filters=dict(MATCHES_NOTHING))
+        assert list(out["candidates"]) == []
+        trace = out["retrieval_trace"]
+        assert attempt_names(out) == ["explicit"] and trace["attempts"][0]["candidate_count"] == 0
+        assert trace["selected_attempt"] == "explicit" and trace["fallback_reason"] is None
+
+    @pytest.mark.integration
+    def test_a_hostile_category_in_an_explicit_filter_matches_literally(self, make_retriever, disk_vector):
+        hostile = {"field": "meta.category", "operator": "==", "value": INJECTION}
+        out = make_retriever(mode="sdk", lexical=True).run(query_embedding=disk_vector, query="disk", filters=hostile)
+        assert list(out["candidates"]) == [] and out["retrieval_trace"]["attempts"][0]["error"] is None
 
     @pytest.mark.integration
     def test_low_quality_filtered_attempt_is_retried(self, make_retriever, disk_vector):

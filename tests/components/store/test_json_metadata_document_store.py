@@ -192,6 +192,20 @@ class TestJsonFilterExpression:
         with pytest.raises(FilterError, match=match):
             json_filter_expression(filters, SCHEMA)
 
+    def test_ids_are_a_primary_key_list_with_quoted_literals(self):
+        filters = {"field": "id", "operator": "in", "value": ["a1", 'b" or id != "']}
+        assert json_filter_expression(filters, SCHEMA) == r'(id in ["a1", "b\" or id != \""])'
+        both = {"operator": "AND", "conditions": [category("x"), filters]}
+        assert json_filter_expression(both, SCHEMA).startswith('((metadata["category"] == "x") and (id in [')
+
+    @pytest.mark.parametrize(
+        ("value", "operator", "match"),
+        [([], "in", "needs at least one id"), ("a1", "in", "list of ids"), (["a1"], "==", "operator 'in'")],
+    )
+    def test_an_id_filter_that_is_no_id_list_is_refused(self, value, operator, match):
+        with pytest.raises(FilterError, match=match):
+            json_filter_expression({"field": "id", "operator": operator, "value": value}, SCHEMA)
+
     @pytest.mark.parametrize("field", ['meta.a"]', "meta.a b", "meta.", 'meta.x"] == "y" or metadata["z'])
     def test_odd_metadata_keys_raise(self, field):
         with pytest.raises((FilterError, ValueError)):

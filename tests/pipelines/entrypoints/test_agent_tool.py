@@ -25,6 +25,7 @@ from pipelines.entrypoints.agent_tool import (
 )
 from pipelines.entrypoints.cli import main as cli_main
 from pipelines.settings import REPO_ROOT, Deployment
+from pipelines.tool_contract import BUILT_IN_FILTER_KEYS
 from tests.conftest import write_tiny_kb
 
 pytestmark = pytest.mark.integration
@@ -36,15 +37,28 @@ COMPACT_KEYS = {
     "evidenceStatus",
     "message",
     "evidenceBlocks",
-    "contextPack",
     "relevanceLevel",
     "completenessHint",
+    "truncated",
+    "moreAvailable",
+    "cursor",
+    "filters",
     "retrievalTrace",
     "traceId",
     "traceError",
     "error",
 }
-BLOCK_KEYS = {"evidenceKey", "source", "title", "breadcrumb", "content", "similarity", "score", "hitReasons"}
+BLOCK_KEYS = {
+    "citation",
+    "source",
+    "title",
+    "breadcrumb",
+    "location",
+    "content",
+    "similarity",
+    "hitReasons",
+    "truncated",
+}
 
 
 def python_snippets(path: Path) -> list[str]:
@@ -135,13 +149,17 @@ class TestToolDefinition:
         assert tool.name == "lookup_knowledge"
         params = tool.parameters
         assert params["required"] == ["query"]
-        assert set(params["properties"]) == {"query", "session_id"}
+        assert set(params["properties"]) == {"query", "session_id", "filters", "max_chars", "cursor"}
         assert params["properties"]["query"]["type"] == "string"
         assert params["properties"]["session_id"]["type"] == "string"
+        assert params["properties"]["filters"]["additionalProperties"] is False
+        assert set(params["properties"]["filters"]["properties"]) == set(BUILT_IN_FILTER_KEYS)
         text = tool.description
+        assert text.startswith("Look up the knowledge base of 3 documents on ")  # the tiny knowledge base
         for phrase in (
-            "contextPack.packedText",
-            "evidenceBlocks",
+            "evidenceBlocks[].content",
+            "read_evidence(citation)",
+            "moreAvailable",
             "`source`",
             "breadcrumb",
             "found=false",
@@ -170,7 +188,6 @@ class TestToolDefinition:
         compact = compact_result(full)
         assert set(compact) == COMPACT_KEYS
         assert compact["retrievalTrace"] == {"fallbackReason": full["retrievalTrace"]["fallbackReason"]}
-        assert set(compact["contextPack"]) == {"packedText", "includedSources", "omittedSources"}
         assert compact["evidenceBlocks"] and all(set(b) == BLOCK_KEYS for b in compact["evidenceBlocks"])
         assert [r.status for r in trace_rows(data_dir, "direct")] == ["evidence", "invalid_query"]
 
@@ -195,8 +212,8 @@ class TestAgent:
         assert payload["found"] is True and payload["evidenceStatus"] == "evidence"
         assert payload["evidenceBlocks"] and all(set(block) == BLOCK_KEYS for block in payload["evidenceBlocks"])
         assert payload["evidenceBlocks"][0]["source"] == "alerts/disk.md"
-        assert "source: alerts/disk.md" in payload["contextPack"]["packedText"]
-        assert payload["contextPack"]["includedSources"][0].startswith("alerts/disk.md#")
+        assert payload["evidenceBlocks"][0]["citation"].startswith("alerts/disk.md#")
+        assert "packedText" not in text  # each piece of evidence once
         assert payload["retrievalTrace"] == {"fallbackReason": None}
         for internal in ("rerankTrace", "l0Hints", "attempts", "selectedAttempt", "scoreLabel", "boostReasons"):
             assert internal not in text, internal
@@ -209,7 +226,7 @@ class TestAgent:
         repeat = json.loads(second.result)  # type: ignore[arg-type]
         assert second.error is False
         assert repeat["found"] is False and repeat["evidenceStatus"] == "already_returned"
-        assert repeat["evidenceBlocks"] == [] and repeat["contextPack"]["packedText"] == ""
+        assert repeat["evidenceBlocks"] == [] and repeat["cursor"] is None
 
         rows = trace_rows(data_dir, session)
         assert [(r.status, r.session_id, r.query) for r in rows] == [

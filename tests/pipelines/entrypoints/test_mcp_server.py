@@ -33,6 +33,8 @@ from tests.pipelines.entrypoints.test_agent_tool import AGENT_DOC, BLOCK_KEYS, C
 pytestmark = pytest.mark.integration
 
 STEP_TIMEOUT = 60
+#: the server's tools, in the order it lists them
+MCP_TOOLS = ["lookup_knowledge", "list_facets", "read_evidence", "read_document"]
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
@@ -105,7 +107,8 @@ async def exercise(session: ClientSession, session_id: str) -> list[int]:
     assert payload["found"] is True and payload["evidenceStatus"] == "evidence"
     assert all(set(block) == BLOCK_KEYS for block in payload["evidenceBlocks"])
     assert payload["evidenceBlocks"][0]["source"] == "alerts/disk.md"
-    assert "source: alerts/disk.md" in payload["contextPack"]["packedText"]
+    assert payload["evidenceBlocks"][0]["citation"].startswith("alerts/disk.md#")
+    assert "contextPack" not in payload  # each piece of evidence once
     assert "rerankTrace" not in text_of(first) and "l0Hints" not in text_of(first)
 
     empty = await session.call_tool("lookup_knowledge", {"query": "  ", "session_id": session_id})
@@ -125,6 +128,68 @@ async def exercise(session: ClientSession, session_id: str) -> list[int]:
     assert again.is_error is False and repeat["evidenceStatus"] == "already_returned"
     assert repeat["found"] is False and repeat["evidenceBlocks"] == []
     return [payload["traceId"], int(match.group(1)), refund["traceId"], repeat["traceId"]]
+
+
+async def agent_session(session: ClientSession, session_id: str) -> dict[str, Any]:
+    """
+    An agent's session on the four tools: facets, a filtered lookup, a read from its citation, a budgeted lookup paged
+    with its cursor, a document read.
+
+    :returns: What each step returned (structured content), by step.
+    """
+    listed = {t.name: t for t in (await session.list_tools()).tools}
+    assert set(listed) == {"lookup_knowledge", "list_facets", "read_evidence", "read_document"}
+    for tool in listed.values():
+        assert tool.annotations is not None and tool.annotations.read_only_hint is True
+        assert tool.annotations.idempotent_hint is True and tool.output_schema
+    lookup = listed["lookup_knowledge"]
+    assert "3 documents on" in (lookup.description or "")  # named from this knowledge base
+    filters = lookup.input_schema["$defs"]["Filters"]
+    assert {"category", "tags", "source_prefix", "updated_after"} <= set(filters["properties"])
+    assert filters["additionalProperties"] is False
+
+    async def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        result = await session.call_tool(name, {"session_id": session_id, **arguments})
+        assert result.is_error is False, text_of(result)
+        assert result.structured_content == json.loads(text_of(result))
+        return dict(result.structured_content or {})
+
+    facets = await call("list_facets", {})
+    assert facets["documents"] == 3 and {c["value"] for c in facets["categories"]} == {
+        "alerts",
+        "payments",
+        "product-faq",
+    }
+    filtered = await call(
+        "lookup_knowledge", {"query": "how long does a refund take", "filters": {"category": "payments"}}
+    )
+    assert filtered["found"] is True and {b["source"] for b in filtered["evidenceBlocks"]} == {"payments/refund.md"}
+    nothing = await call("lookup_knowledge", {"query": "refund", "filters": {"category": "hr"}})
+    assert nothing["found"] is False and "alerts (1)" in nothing["message"]
+    refused = await session.call_tool("lookup_knowledge", {"query": "refund", "filters": {"colour": "red"}})
+    assert refused.is_error is True  # not in the schema: the SDK refuses it
+    citation = filtered["evidenceBlocks"][0]["citation"]
+    read = await call("read_evidence", {"citation": citation, "before": 1, "after": 1})
+    assert read["status"] == "evidence" and [b["citation"] for b in read["blocks"] if b["cited"]] == [citation]
+    # its own session: the filtered lookup above already returned the refund page's evidence in this one
+    budget = {"query": "退款多久到账", "max_chars": 200, "session_id": f"{session_id}-paged"}
+    first = await call("lookup_knowledge", budget)
+    assert first["moreAvailable"] is True and first["truncated"] is True
+    paged = [b["citation"] for b in first["evidenceBlocks"]]
+    cursor = first["cursor"]
+    while cursor:
+        page = await call("lookup_knowledge", {**budget, "cursor": cursor})
+        assert not {b["citation"] for b in page["evidenceBlocks"]} & set(paged)
+        paged += [b["citation"] for b in page["evidenceBlocks"]]
+        cursor = page["cursor"]
+    assert len(paged) >= 2
+    document = await call("read_document", {"source": "alerts/disk.md"})
+    assert document["status"] == "evidence" and document["sections"]
+    bad = await session.call_tool("read_evidence", {"citation": "not a citation", "session_id": session_id})
+    assert bad.is_error is True and "<source>#<chunk index>@<version>" in text_of(bad)
+    resource = await session.read_resource("knowledge://facets")
+    assert json.loads(resource.contents[0].text)["documents"] == 3  # type: ignore[union-attr]
+    return {"facets": facets, "filtered": filtered, "read": read, "paged": paged, "document": document}
 
 
 def assert_traced(data: Path, session_id: str, trace_ids: list[int]) -> None:
@@ -179,7 +244,12 @@ class TestStdio:
                         assert failed.is_error is True
                         assert "lookup_knowledge failed (evidenceStatus=error" in text_of(failed)
                         assert "Knowledge retrieval failed" in text_of(failed)
-                    assert [t.name for t in (await session.list_tools()).tools] == ["lookup_knowledge"]
+                    assert [t.name for t in (await session.list_tools()).tools] == [
+                        "lookup_knowledge",
+                        "list_facets",
+                        "read_evidence",
+                        "read_document",
+                    ]
 
         asyncio.run(scenario())
         assert [(r.status, r.query) for r in trace_rows(data, "down")] == [("error", "disk")] * 2
@@ -242,7 +312,12 @@ class TestStdio:
         assert set(replies) == {0, 1, 2}
         assert replies[0]["result"]["serverInfo"]["name"] == "lookup-knowledge"
         assert replies[1]["result"]["isError"] is True  # no query: refused by the SDK's argument validation
-        assert [t["name"] for t in replies[2]["result"]["tools"]] == ["lookup_knowledge"]
+        assert [t["name"] for t in replies[2]["result"]["tools"]] == [
+            "lookup_knowledge",
+            "list_facets",
+            "read_evidence",
+            "read_document",
+        ]
 
 
 @pytest.fixture
@@ -291,6 +366,20 @@ class TestHttp:
 
         trace_ids = asyncio.run(scenario())
         assert_traced(data, "mcp-http", trace_ids)
+
+        async def agent() -> dict[str, Any]:
+            with anyio.fail_after(STEP_TIMEOUT):
+                async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
+                    await session.initialize()
+                    return await agent_session(session, "mcp-agent")
+
+        steps = asyncio.run(agent())
+        tools = [r.tool_name for r in reversed(trace_rows(data, "mcp-agent"))]
+        assert tools[:3] == ["list_facets", "lookup_knowledge", "lookup_knowledge"]
+        assert {"read_evidence", "read_document"} <= set(tools) and tools.count("lookup_knowledge") == 2
+        paged_rows = trace_rows(data, "mcp-agent-paged")
+        assert len(paged_rows) >= 2 and {r.tool_name for r in paged_rows} == {"lookup_knowledge"}
+        assert steps["read"]["traceId"] in [r.id for r in trace_rows(data, "mcp-agent")]
         port = url.split(":")[2].split("/")[0]
         assert f"Uvicorn running on http://127.0.0.1:{port}" in stderr_path.read_text()  # loopback by default
 

@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ from components.trace.trace_store import TraceStore
 from pipelines.entrypoints.mcp_server import AUTH_ENV, build_server, http_app
 from pipelines.entrypoints.rest_api import MAX_BODY_BYTES
 from pipelines.settings import DATA_DIR_ENV, MILVUS_URI_ENV, REPO_ROOT, TRACE_DB_URL_ENV, Deployment
+from pipelines.tool_contract import BUILT_IN_FILTER_KEYS
+from tests.contracts.dify_client import DifyCondition, DifyMetadataCondition, dify_request
 from tests.pipelines.entrypoints.test_mcp_server import index_in_subprocess
 from tests.postgres_server import free_port
 
@@ -42,6 +45,10 @@ TOKEN = "rest-test-token-value"
 BEARER = {"authorization": f"Bearer {TOKEN}"}
 STEP_TIMEOUT = 90
 DEPLOYMENT_ENV = (AUTH_ENV, DATA_DIR_ENV, MILVUS_URI_ENV, TRACE_DB_URL_ENV)
+
+
+def schemas_of(document: dict[str, Any]) -> dict[str, Any]:
+    return document["components"]["schemas"]
 
 
 def dify(kind: str, body: Any) -> None:
@@ -86,22 +93,41 @@ BLOCKS = [
 ]
 DOCUMENTS = {
     "alerts/disk.md": IndexedDocument(
-        doc_id="disk", source="alerts/disk.md", doc_version="1", keywords=["disk full", "inode"], entities=["node"]
+        doc_id="disk",
+        source="alerts/disk.md",
+        title="Disk Full Runbook",
+        category="alerts",
+        doc_version="1",
+        keywords=["disk full", "inode"],
+        entities=["node"],
+        updated="2026-03-01",
+        fields={"severity": ["2"]},
     ),
     "payments/refund.md": IndexedDocument(
-        doc_id="refund", source="payments/refund.md", doc_version="1", keywords=["退款"], entities=[]
+        doc_id="refund",
+        source="payments/refund.md",
+        title="退款处理流程",
+        category="payments",
+        doc_version="1",
+        keywords=["退款"],
+        entities=[],
+        updated="2025-06-30",
+        fields={"severity": ["4"]},
+    ),
+    "faq/plans.md": IndexedDocument(
+        doc_id="plans", source="faq/plans.md", title="Subscription Plans", category="product-faq", doc_version="1"
     ),
 }
 
 
-def canned(status: str, session_id: str | None = None) -> dict[str, Any]:
+def canned(status: str, session_id: str | None = None, blocks: list[EvidenceBlock] | None = None) -> dict[str, Any]:
     found = status == "evidence"
     return LookupResult(
         found=found,
         evidence_status=status,  # type: ignore[arg-type]
         message=status,
         session_id=session_id,
-        evidence_blocks=BLOCKS if found else [],
+        evidence_blocks=(BLOCKS if blocks is None else blocks) if found else [],
         error="query is empty" if status == "invalid_query" else ("Milvus down" if status == "error" else None),
         trace_id=7,
     ).model_dump(by_alias=True)
@@ -114,10 +140,20 @@ class FakeService:
         self.status = status
         self.healthy = healthy
         self.calls: list[tuple[Any, Any]] = []
+        self.options: list[dict[str, Any]] = []
+        self.blocks: list[EvidenceBlock] | None = None
 
-    def lookup(self, query: str, session_id: str | None = None) -> dict[str, Any]:
+    def lookup(self, query: str, session_id: str | None = None, **options: Any) -> dict[str, Any]:
         self.calls.append((query, session_id))
-        return canned(self.status, session_id)
+        self.options.append({k: v for k, v in options.items() if v is not None})
+        result = canned(self.status, session_id, self.blocks)
+        allowed = (options.get("filters") or {}).get("source")
+        if allowed is not None:  # the pipeline searches only within the sources asked for
+            result["evidenceBlocks"] = [b for b in result["evidenceBlocks"] if b["source"] in allowed]
+        return result
+
+    def filter_keys(self) -> list[str]:
+        return [*BUILT_IN_FILTER_KEYS, "severity"]
 
     def knowledge_ids(self) -> set[str]:
         return {"lookup-knowledge", "knowledge_chunks"}
@@ -229,7 +265,22 @@ class TestRestApi:
     def test_openapi_document_describes_every_route_and_resolves(self, client):
         document = client.get("/openapi.json").json()
         assert document["openapi"].startswith("3.1")
-        assert set(document["paths"]) == {"/lookup", "/retrieval", "/health", "/openapi.json"}
+        assert set(document["paths"]) == {
+            "/lookup",
+            "/retrieval",
+            "/health",
+            "/facets",
+            "/read_evidence",
+            "/read_document",
+            "/openapi.json",
+        }
+        assert set(schemas_of(document)["LookupRequest"]["properties"]) == {
+            "query",
+            "session_id",
+            "filters",
+            "max_chars",
+            "cursor",
+        }
         schemas = document["components"]["schemas"]
         assert schemas["LookupRequest"]["required"] == ["query"]
         assert "evidenceBlocks" in schemas["LookupResult"]["properties"]  # camelCase, as the route answers
@@ -278,6 +329,7 @@ class TestDifyRetrieval:
             "score": 0.95,
             "title": "Disk Full Runbook",
             "metadata": {
+                "document_id": "disk",
                 "source": "alerts/disk.md",
                 "title": "Disk Full Runbook",
                 "breadcrumb": "Disk Full Runbook > Section",
@@ -286,8 +338,14 @@ class TestDifyRetrieval:
                 "category": "alerts",
                 "doc_id": "disk",
                 "evidence_key": "alerts/disk.md#0",
+                "citation": "",
                 "keywords": ["disk full", "inode"],
+                "tags": ["disk full", "inode"],
                 "entities": ["node"],
+                "document_name": ["disk.md", "Disk Full Runbook"],
+                "upload_date": "2026-03-01",
+                "last_update_date": "2026-03-01",
+                "severity": ["2"],
                 "trace_id": 7,
             },
         }
@@ -361,12 +419,18 @@ class TestDifyRetrieval:
     @pytest.mark.parametrize(
         ("condition", "detail"),
         [
-            ({"name": "category", "comparison_operator": ">", "value": 2020}, "'>' is not supported"),
+            ({"name": "category", "comparison_operator": ">", "value": 2020}, "'>' compares numbers"),
+            ({"name": "severity", "comparison_operator": ">", "value": "high"}, "value must be a number for '>'"),
+            ({"name": "uploader", "comparison_operator": "is", "value": "x"}, "name ['uploader']: filter on category"),
+            ({"name": "upload_date", "comparison_operator": "is", "value": "x"}, "compare them with 'before'"),
+            ({"name": "upload_date", "comparison_operator": "after", "value": "soon"}, "must be a time"),
+            ({"name": "category", "comparison_operator": "like", "value": "x"}, "'like' is not supported"),
             ({"name": "tag", "comparison_operator": "is", "value": "x"}, "name ['tag']: filter on category"),
             ({"name": [], "comparison_operator": "is", "value": "x"}, "name []"),
             ({"name": "category", "comparison_operator": "is", "value": 5}, "value must be a non-empty string"),
-            ({"name": "category", "comparison_operator": "in", "value": [1]}, "non-empty list of strings"),
-            ({"name": "category", "comparison_operator": "before", "value": "2024-01-01"}, "'before' is not supported"),
+            ({"name": "category", "comparison_operator": "in", "value": [None]}, "non-empty list of strings"),
+            ({"name": "category", "comparison_operator": "in", "value": []}, "non-empty list of strings"),
+            ({"name": "category", "comparison_operator": "before", "value": "2024-01-01"}, "'before' compares days"),
         ],
     )
     def test_an_unsupported_condition_is_a_400_before_any_lookup(self, service, client, condition, detail):
@@ -432,6 +496,94 @@ class TestDifyRetrieval:
         for response in (big, garbage):
             dify("error", response.json())
         assert service.calls == []
+
+
+def dify_condition(*conditions: tuple[str, str, Any], logical: str | None = "and") -> DifyMetadataCondition:
+    listed = [DifyCondition(name=name, comparison_operator=op, value=value) for name, op, value in conditions]
+    return DifyMetadataCondition(logical_operator=logical, conditions=listed)  # type: ignore[arg-type]
+
+
+def epoch(day: str) -> int:
+    return int(datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp())
+
+
+class TestDifyAsDifyCallsIt:
+    """Requests built as Dify's client code builds them (`tests/contracts/dify_client.py`), replayed."""
+
+    def _records(self, client: TestClient, body: dict[str, Any]) -> list[dict[str, Any]]:
+        response = client.post("/retrieval", json=body)
+        assert response.status_code == 200, response.text
+        dify("response", response.json())
+        return response.json()["records"]
+
+    def test_what_dify_sends_without_settings_is_accepted(self, service, client):
+        empty = DifyMetadataCondition(logical_operator=None, conditions=None)
+        for condition in (None, empty):
+            body = dify_request("disk full", retrieval={}, metadata_condition=condition)
+            assert body["retrieval_setting"] == {"top_k": None, "score_threshold": 0.0}
+            assert len(self._records(client, body)) == 3  # top_k null: up to DEFAULT_TOP_K
+        assert service.options == [{}, {}]  # no filter: the lookup is the plain one
+
+    def test_a_document_condition_searches_within_the_documents_it_matches(self, service, client):
+        body = dify_request("disk full", metadata_condition=dify_condition(("category", "is", "payments")))
+        assert [r["metadata"]["source"] for r in self._records(client, body)] == ["payments/refund.md"]
+        assert service.options == [{"filters": {"source": ["payments/refund.md"]}}]
+
+    @pytest.mark.parametrize(
+        ("conditions", "sources"),
+        [
+            ([("source", "in", "alerts/disk.md, faq/plans.md")], ["alerts/disk.md", "faq/plans.md"]),
+            ([("source", "not in", "alerts/disk.md,faq/plans.md")], ["payments/refund.md"]),
+            ([("document_name", "is", "plans.md")], ["faq/plans.md"]),
+            ([("document_name", "contains", "runbook")], ["alerts/disk.md"]),
+            ([("upload_date", "after", epoch("2026-01-01"))], ["alerts/disk.md"]),
+            ([("last_update_date", "before", "2026-01-01T00:00:00Z")], ["payments/refund.md"]),
+            ([("upload_date", "after", epoch("2020-01-01") * 1000)], ["alerts/disk.md", "payments/refund.md"]),
+            ([("severity", "≥", 3)], ["payments/refund.md"]),
+            ([("severity", "=", "2")], ["alerts/disk.md"]),
+            ([("severity", "<", 10), ("category", "is", "alerts")], ["alerts/disk.md"]),
+            ([("document_id", "is", "plans")], ["faq/plans.md"]),
+            ([("tags", "contains", "inode")], ["alerts/disk.md"]),
+        ],
+    )
+    def test_difys_fields_and_operators_choose_documents(self, service, client, conditions, sources):
+        body = dify_request("disk full", metadata_condition=dify_condition(*conditions))
+        assert [r["metadata"]["source"] for r in self._records(client, body)] == sources
+        assert sorted(service.options[-1]["filters"]["source"]) == sorted(sources)
+
+    def test_conditions_that_match_no_document_are_an_empty_list_without_a_lookup(self, service, client):
+        body = dify_request("disk full", metadata_condition=dify_condition(("category", "is", "hr")))
+        assert self._records(client, body) == [] and service.calls == []
+
+    def test_a_condition_on_the_section_is_checked_on_the_records(self, service, client):
+        body = dify_request("disk full", metadata_condition=dify_condition(("breadcrumb", "contains", "plans")))
+        assert [r["metadata"]["source"] for r in self._records(client, body)] == ["faq/plans.md"]
+        assert service.options == [{}]  # no document list for a condition on sections
+
+    def test_scores_never_rise_down_the_list_and_the_similarity_stays(self, service, client):
+        service.blocks = [
+            _block("alerts/disk.md", "alerts", 0.91, "Disk Full Runbook"),
+            _block("payments/refund.md", "payments", 0.95, "退款处理流程"),
+            _block("faq/plans.md", "product-faq", 0.89, "Subscription Plans"),
+        ]
+        records = self._records(client, dify_request("disk full"))
+        assert [r["score"] for r in records] == [0.91, 0.91, 0.89]
+        assert [r["metadata"]["similarity"] for r in records] == [0.91, 0.95, 0.89]
+        assert all(r["metadata"]["document_id"] == r["metadata"]["doc_id"] for r in records)
+        # Dify re-sorts by score (stably): our order is its order
+        assert sorted(records, key=lambda r: -r["score"]) == records
+        body = dify_request("disk full", retrieval={"score_threshold_enabled": True, "score_threshold": 0.92})
+        assert self._records(client, body) == []  # never the second without the first
+
+    def test_pages_titled_alike_are_two_documents_for_dify(self, service, client):
+        # the indexer's doc_id is the source unless the page sets an id: Dify falls back to the title without one
+        service.blocks = [
+            _block("a/intro.md", "a", 0.95, "Introduction").model_copy(update={"doc_id": "a/intro.md"}),
+            _block("b/intro.md", "b", 0.94, "Introduction").model_copy(update={"doc_id": "b/intro.md"}),
+        ]
+        records = self._records(client, dify_request("intro"))
+        assert [r["title"] for r in records] == ["Introduction", "Introduction"]
+        assert [r["metadata"]["document_id"] for r in records] == ["a/intro.md", "b/intro.md"]
 
 
 class TestRestSecurity:
@@ -682,8 +834,9 @@ class TestRestApiServer:
                 "/retrieval", json={**retrieval_body("refused retrieval"), "knowledge_id": "x"}, headers=BEARER
             )
             assert unknown.status_code == 404 and unknown.json()["error_code"] == 2001
-        rows = server.rows_of("node disk full")  # the filtered call found evidence too: the filter dropped it
-        assert [(r.status, r.session_id) for r in rows] == [("evidence", None)] * 2
+        rows = server.rows_of("node disk full")  # newest first: the filtered call searched the payments page only
+        assert [(r.status, r.session_id) for r in rows] == [("no_evidence", None), ("evidence", None)]
+        assert rows[0].retrieval_details["filters"]["requested"] == {"source": ["payments/refund.md"]}
         assert record["metadata"]["trace_id"] == rows[-1].id
         assert len(server.rows_of("what is the capital of France")) == 1
         assert [r.status for r in server.rows_of("what is the capital of France")] == ["no_evidence"]

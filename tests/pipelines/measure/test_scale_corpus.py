@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components.preprocessors.heading_chunker import chunk_id
+from components.core.citation import chunk_id
 from components.store.knowledge_index import KnowledgeIndex
 from components.store.schema import CROSSLINGUAL_META_KEY
 from pipelines import load_pipeline, lookup
