@@ -190,7 +190,7 @@ class LookupResultAssembler:
             )
         held = f" {held_back} more, returned earlier in this session, were held back." if held_back else ""
         return "evidence", (
-            f"Found {blocks} evidence block(s). Answer from contextPack/evidenceBlocks and cite sources.{held}"
+            f"Found {blocks} evidence block(s). Answer from the evidence blocks and cite their sources.{held}"
         )
 
     @staticmethod
