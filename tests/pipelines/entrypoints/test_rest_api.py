@@ -9,6 +9,7 @@ checked against the JSON schema in `tests/contracts/`, written from Dify's docum
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -823,6 +824,19 @@ class TestRestApiServer:
                 headers=BEARER,
             )
             assert filtered.json() == {"records": []}
+            # as Dify's client code builds it: top_k null, a comma-separated `in` on Dify's built-in document_name
+            condition = dify_condition(("document_name", "in", "disk.md,plans.md"), logical=None)
+            built = client.post(
+                "/retrieval",
+                json=dify_request("the disk on my node is full", retrieval={}, metadata_condition=condition),
+                headers=BEARER,
+            )
+            assert built.status_code == 200, built.text
+            replayed = built.json()["records"]
+            assert replayed and replayed[0]["metadata"]["source"] == "alerts/disk.md"
+            assert {r["metadata"]["source"] for r in replayed} <= {"alerts/disk.md", "faq/plans.md"}
+            assert all(a["score"] >= b["score"] for a, b in itertools.pairwise(replayed))
+            assert replayed[0]["metadata"]["document_id"] == "alerts-disk" and replayed[0]["metadata"]["citation"]
             off_topic = client.post("/retrieval", json=retrieval_body("what is the capital of France"), headers=BEARER)
             assert off_topic.status_code == 200 and off_topic.json() == {"records": []}
             for headers, code in (({}, 1001), ({"authorization": "Bearer wrong"}, 1002)):
