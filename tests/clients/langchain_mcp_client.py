@@ -6,7 +6,8 @@ the project `mcp==2.3.0`):
     .venv-clients/bin/python tests/clients/langchain_mcp_client.py URL_A URL_B [BEARER_TOKEN]
 
 It connects to both servers at once (`MultiServerMCPClient`), lists their tools, calls each tool of the first one as
-an agent would (facets, a filtered lookup, a read from its citation, a document read) and prints one JSON object: the
+an agent would (facets, a filtered lookup, a budgeted lookup paged with its cursor, a read from a citation, a document
+read) and prints one JSON object: the
 tool names and descriptions per server, and what each call returned.
 """
 
@@ -43,6 +44,11 @@ async def main(url_a: str, url_b: str, token: str | None) -> dict[str, Any]:
     category = facets["categories"][0]["value"]
     found = _json(await lookup.ainvoke({"query": "退款多久到账", "filters": {"category": category}}))
     anywhere = _json(await lookup.ainvoke({"query": "退款多久到账"}))
+    pages = [_json(await lookup.ainvoke({"query": "退款多久到账", "max_chars": 200}))]
+    while pages[-1]["cursor"] and len(pages) < 10:
+        pages.append(
+            _json(await lookup.ainvoke({"query": "退款多久到账", "max_chars": 200, "cursor": pages[-1]["cursor"]}))
+        )
     citation = anywhere["evidenceBlocks"][0]["citation"]
     read = _json(await tools["read_evidence"].ainvoke({"citation": citation, "after": 1}))
     document = _json(await tools["read_document"].ainvoke({"source": anywhere["evidenceBlocks"][0]["source"]}))
@@ -54,6 +60,7 @@ async def main(url_a: str, url_b: str, token: str | None) -> dict[str, Any]:
         "facets": facets,
         "filtered": found,
         "lookup": anywhere,
+        "pages": pages,
         "read_evidence": read,
         "read_document": document,
     }

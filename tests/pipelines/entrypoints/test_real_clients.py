@@ -94,6 +94,10 @@ class TestLangChainMcpAdapters:
         assert report["filtered"]["filters"]["requested"] == {"category": report["facets"]["categories"][0]["value"]}
         lookup = report["lookup"]
         assert lookup["found"] is True and lookup["evidenceBlocks"][0]["source"] == "payments/refund.md"
+        pages = report["pages"]
+        assert len(pages) >= 2 and pages[0]["moreAvailable"] is True and pages[-1]["cursor"] is None
+        paged = [b["citation"] for page in pages for b in page["evidenceBlocks"]]
+        assert len(paged) == len(set(paged)) >= 2  # each page the next blocks, none repeated
         cited = lookup["evidenceBlocks"][0]["citation"]
         read = report["read_evidence"]
         assert read["status"] == "evidence" and [b["citation"] for b in read["blocks"] if b["cited"]] == [cited]

@@ -856,6 +856,42 @@ class TestRestApiServer:
         assert [r.status for r in server.rows_of("what is the capital of France")] == ["no_evidence"]
         assert server.rows_of("refused retrieval") == []  # refused before the lookup: no row
 
+    def test_an_agents_session_over_rest(self, servers):
+        server, _ = servers
+        with httpx.Client(base_url=server.url, headers=BEARER, timeout=STEP_TIMEOUT) as client:
+            facets = client.get("/facets").json()
+            assert facets["documents"] == 3 and "payments" in {c["value"] for c in facets["categories"]}
+            body = {"query": "退款多久到账", "session_id": "rest-agent", "filters": {"category": "payments"}}
+            filtered = client.post("/lookup", json=body).json()
+            assert filtered["found"] is True and {b["source"] for b in filtered["evidenceBlocks"]} == {
+                "payments/refund.md"
+            }
+            citation = filtered["evidenceBlocks"][0]["citation"]
+            read = client.post("/read_evidence", json={"citation": citation, "after": 1})
+            assert read.status_code == 200 and [b["citation"] for b in read.json()["blocks"] if b["cited"]] == [
+                citation
+            ]
+            gone = client.post("/read_evidence", json={"citation": "nowhere.md#0@abcdef123456"})
+            assert gone.status_code == 404 and gone.json()["status"] == "not_found"
+            bad = client.post("/read_document", json={"source": "alerts/disk.md", "max_chars": 3})
+            assert bad.status_code == 400  # under the floor: refused by the request's shape
+            document = client.post("/read_document", json={"source": "alerts/disk.md"}).json()
+            assert document["status"] == "evidence" and document["sections"]
+            page = client.post("/lookup", json={"query": "退款多久到账", "max_chars": 200}).json()
+            seen = [b["evidenceKey"] for b in page["evidenceBlocks"]]
+            assert page["moreAvailable"] is True
+            while page["cursor"]:
+                page = client.post(
+                    "/lookup", json={"query": "退款多久到账", "max_chars": 200, "cursor": page["cursor"]}
+                ).json()
+                assert not {b["evidenceKey"] for b in page["evidenceBlocks"]} & set(seen)
+                seen += [b["evidenceKey"] for b in page["evidenceBlocks"]]
+            assert len(seen) >= 2
+            refused = client.post("/lookup", json={"query": "x", "filters": {"colour": "red"}})
+            assert refused.status_code == 422 and "filter on category" in refused.json()["error"]
+        tools = [r.tool_name for r in reversed(server.rows(session_id="rest-agent"))]
+        assert tools == ["lookup_knowledge"]  # the reads above sent no session: rows of their own
+
     def test_health_counts_what_is_indexed(self, servers):
         server, _ = servers
         response = httpx.get(f"{server.url}/health", headers=BEARER, timeout=STEP_TIMEOUT)
