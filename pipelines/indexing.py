@@ -180,6 +180,11 @@ def indexed_document(meta: Mapping[str, Any], chunks: int) -> IndexedDocument:
         entities=[str(e) for e in meta.get("entities") or []],
         updated=str(meta.get("updated") or ""),
         fields={str(k): [str(v) for v in values] for k, values in (meta.get("fields") or {}).items()},
+        status=str(meta.get("status") or ""),
+        superseded_by=str(meta.get("superseded_by") or ""),
+        valid_from=str(meta.get("valid_from") or ""),
+        valid_until=str(meta.get("valid_until") or ""),
+        reviewed_at=str(meta.get("reviewed_at") or ""),
         doc_version=str(meta["doc_version"]),
         chunks=chunks,
     )

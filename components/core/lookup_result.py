@@ -66,6 +66,13 @@ class EvidenceBlock(_Contract):
     anchor: Anchor | None = None
     #: the content was cut to fit the call's character budget (`read_evidence` returns it whole)
     truncated: bool = False
+    #: its page says it is superseded, deprecated or expired, and no successor is indexed: it may be out of date
+    superseded: bool = False
+    #: the superseded page this block's page replaces (it was the best match; this is its successor)
+    replaces: str | None = None
+    #: its page was last reviewed longer ago than the configured review age (`reviewed` says when)
+    stale: bool = False
+    reviewed: str | None = None
 
 
 class ContextPack(_Contract):

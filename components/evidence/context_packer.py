@@ -24,6 +24,10 @@ def _header(position: int, doc: Document) -> str:
         parts.append(f"section: {meta['breadcrumb']}")
     if meta.get("hit_reasons"):
         parts.append(f"why: {', '.join(meta['hit_reasons'])}")
+    if meta.get("superseded"):
+        parts.append("status: superseded, no successor indexed (may be out of date)")
+    if meta.get("stale"):
+        parts.append(f"stale: last reviewed {meta.get('reviewed')}")
     return "\n".join(parts) + "\n"
 
 
@@ -32,13 +36,14 @@ class ContextPacker:
     """
     Packs the final evidence blocks into one compact text for the agent, within a character budget.
 
-    Blocks are packed in rank order, each as a header (source with its lines or pages, title, breadcrumb, hit reasons)
-    followed by its content. Only content is ever truncated: when the budget runs short a block's content is cut (marked
-    with `…`) as long as at least `min_content_chars` of it fit; otherwise the block is omitted whole, but for the first
-    block, which is always delivered with as much content as fits (a lookup that found evidence never returns none for
-    want of room). The summary lists included and omitted sources. The blocks passed on are the delivered ones, each
-    with the content the pack holds (`content_truncated` in meta when cut): an omitted block is not part of the result,
-    it waits for the next page. A caller's `char_budget` is capped at `max_char_budget` and raised to the floor of 200.
+    Blocks are packed in rank order, each as a header (source with its lines or pages, title, breadcrumb, hit reasons,
+    and whether its page is superseded or stale) followed by its content. Only content is ever truncated: when the
+    budget runs short a block's content is cut (marked with `…`) as long as at least `min_content_chars` of it fit;
+    otherwise the block is omitted whole, but for the first block, which is always delivered with as much content as
+    fits (a lookup that found evidence never returns none for want of room). The summary lists included and omitted
+    sources. The blocks passed on are the delivered ones, each with the content the pack holds (`content_truncated` in
+    meta when cut): an omitted block is not part of the result, it waits for the next page. A caller's `char_budget` is
+    capped at `max_char_budget` and raised to the floor of 200.
 
     ### Usage example
 

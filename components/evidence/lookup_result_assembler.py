@@ -96,7 +96,30 @@ def _block(doc: Document, ceiling: float | None) -> EvidenceBlock:
         citation=_citation(meta),
         anchor=_anchor(meta),
         truncated=bool(meta.get("content_truncated")),
+        superseded=bool(meta.get("superseded")),
+        replaces=meta.get("replaces"),
+        stale=bool(meta.get("stale")),
+        reviewed=meta.get("reviewed"),
     )
+
+
+def _lifecycle_note(lifecycle: Record, blocks: Documents) -> str:
+    """What the message adds about superseded, replaced and stale evidence among the returned blocks."""
+    returned = {str(d.meta.get("source")) for d in blocks}
+    notes = []
+    for pair in lifecycle.get("replaced") or []:
+        if pair["by"] in returned:
+            notes.append(f"{pair['old']} is superseded: its successor {pair['by']} is returned instead.")
+    old = [s for s in dict.fromkeys(lifecycle.get("superseded") or []) if s in returned]
+    if old:
+        notes.append(
+            f"{', '.join(old)} {'is' if len(old) == 1 else 'are'} marked superseded with no successor indexed: "
+            "it may be out of date; say so when you use it."
+        )
+    stale = [s for s in dict.fromkeys(x["source"] for x in lifecycle.get("stale") or []) if s in returned]
+    if stale:
+        notes.append(f"{', '.join(stale)}: not reviewed lately (stale); check before relying on it.")
+    return (" " + " ".join(notes)) if notes else ""
 
 
 def _filter_message(report: Record) -> str:
@@ -258,6 +281,7 @@ class LookupResultAssembler:
         ranking: list[str] | FrozenList[str] | None = None,
         filter_report: dict[str, Any] | None = None,
         filter_error: str | None = None,
+        lifecycle: Record | None = None,
     ) -> dict[str, Any]:
         """
         Assemble the result.
@@ -282,6 +306,8 @@ class LookupResultAssembler:
             only (`ranking`), for whoever reads the trace or measures the ranking (`eval`).
         :param filter_report: The caller's filters and what they matched (`DocumentFilterResolver`), as `filters`.
         :param filter_error: Why the caller's filters were refused: the call is `invalid_query`, as a bad query is.
+        :param lifecycle: The supersession resolver's summary (pages replaced, superseded without a successor, stale):
+            the message says what concerns the returned blocks; `details` keeps it whole.
         :returns: `result` (the camelCase `LookupResult` JSON) and `details` (snake_case `retrieval_details`), each
             a read-only `FrozenDict` of plain JSON values, which the pipeline hands on without copying.
         """
@@ -305,6 +331,8 @@ class LookupResultAssembler:
         cursor = self._cursor(query, report, session_summary, blocks) if more else None
         if more:
             message += " More evidence passed than this result holds: call again with `cursor` for the next blocks."
+        if found:
+            message += _lifecycle_note(lifecycle or {}, blocks)
         rerank_trace = rerank_trace or {}
         returned_rerank = self._rerank_trace(rerank_trace, blocks)
         kept_relevance = status in ("evidence", "already_returned")
@@ -352,5 +380,6 @@ class LookupResultAssembler:
             "ranking": list(ranking or []),
             "filters": dict(report) if report else None,
             "more_available": more,
+            "lifecycle": dict(lifecycle or {}),
         }
         return {"result": FrozenDict(result.to_json_dict()), "details": FrozenDict(details)}

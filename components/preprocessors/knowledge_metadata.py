@@ -76,10 +76,11 @@ class KnowledgeMetadata:
     `category_fields` that has a value, a list giving its first item; else the top folder of the source when
     `folder_category` is on), `keywords` (from `keyword_fields`, merged), `entities`, `description` (the first of
     `description_fields`), `updated` (the first of `updated_fields` that holds a date, as `YYYY-MM-DD`), `fields` (the
-    values of the `filterable_fields` a page sets, each a list of strings: what lookups may filter on), `markup` (`text`
-    for the MIME types in `plain_text_types`, where a `#` line is no heading; else `markdown`) and `doc_version`. A
-    document left without text (a section page of front matter only) is indexed from its description; without one it is
-    reported in `skipped` with the reason, never as a failure.
+    values of the `filterable_fields` a page sets, each a list of strings: what lookups may filter on), its life
+    (`status` casefolded, `superseded_by`, and `valid_from`, `valid_until`, `reviewed_at` as days), `markup` (`text` for
+    the MIME types in `plain_text_types`, where a `#` line is no heading; else `markdown`) and `doc_version`. A document
+    left without text (a section page of front matter only) is indexed from its description; without one it is reported
+    in `skipped` with the reason, never as a failure.
 
     ### Usage example
 
@@ -160,6 +161,17 @@ class KnowledgeMetadata:
         values = {name: _field_values(meta.get(name)) for name in self.filterable_fields}
         return {name: found for name, found in values.items() if found}
 
+    @staticmethod
+    def _lifecycle(meta: dict[str, Any]) -> dict[str, str]:
+        """The page's place in its life: status, successor, validity and review days (front matter, normalized)."""
+        return {
+            "status": _first_text(meta.get("status")).casefold(),
+            "superseded_by": _first_text(meta.get("superseded_by")),
+            "valid_from": day_of(meta.get("valid_from")),
+            "valid_until": day_of(meta.get("valid_until")),
+            "reviewed_at": day_of(meta.get("reviewed_at")) or day_of(meta.get("last_reviewed")),
+        }
+
     def _markup(self, meta: dict[str, Any], source: str) -> str:
         if meta.get("markup"):
             return str(meta["markup"])
@@ -187,6 +199,7 @@ class KnowledgeMetadata:
             markup=markup,
             updated=self._updated(meta),
             fields=self._fields(meta),
+            **self._lifecycle(meta),
             doc_version=str(meta.get("doc_version") or file_version(content.encode("utf-8"))),
         )
         if description:

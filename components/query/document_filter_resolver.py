@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from datetime import date
 from typing import Any
 
 from haystack import component, logging
@@ -13,9 +14,13 @@ from components.store.knowledge_index import CachedKnowledgeIndex, IndexedDocume
 logger = logging.getLogger(__name__)
 
 #: the keys every knowledge base can be filtered on (besides the fields its indexing declares filterable)
-BUILT_IN_KEYS = ("category", "tags", "keywords", "source", "source_prefix", "updated_after")
+BUILT_IN_KEYS = ("category", "tags", "keywords", "source", "source_prefix", "updated_after", "status")
 #: the store filter of filters that match no document: the retriever searches nothing (never without the filter)
 MATCHES_NOTHING: dict[str, Any] = {"field": "id", "operator": "in", "value": []}
+#: the statuses whose pages are not evidence unless asked for
+DEFAULT_HIDDEN_STATUSES = ["draft", "archived"]
+#: the status of a page that sets none
+CURRENT = "current"
 #: how many existing values a report names per key when a filter matches nothing
 AVAILABLE_VALUES = 20
 
@@ -76,6 +81,8 @@ def _values_of(doc: IndexedDocument, key: str) -> list[str]:
         return [doc.category] if doc.category else []
     if key in ("tags", "keywords"):
         return doc.keywords
+    if key == "status":
+        return [doc.status or CURRENT]
     return doc.fields.get(key, [])
 
 
@@ -115,7 +122,9 @@ class DocumentFilterResolver:
     filter, however large the category). The store applies it inside the query, so nothing outside the filters can come
     back, and the retriever never retries without it. When no document matches, `filters` is `MATCHES_NOTHING` (an empty
     list of ids), and the report says so and names the values that exist. Values are never pasted into an expression
-    (the store quotes every literal).
+    (the store quotes every literal). Whatever the filters, it also lists the chunks of pages that are not evidence by
+    default (`hidden_statuses`, `draft` and `archived` as shipped, and pages whose `valid_from` lies ahead), which the
+    retriever leaves out; `filters: {"status": "draft"}` asks for them.
 
     ### Usage example
 
@@ -128,20 +137,32 @@ class DocumentFilterResolver:
     ```
     """
 
-    def __init__(self, index_path: str = "data/knowledge_index.json", category_key: str = "category") -> None:
+    def __init__(
+        self,
+        index_path: str = "data/knowledge_index.json",
+        category_key: str = "category",
+        hidden_statuses: list[str] | None = None,
+    ) -> None:
         """
         Create the resolver.
 
         :param index_path: The knowledge index file the indexing run writes.
         :param category_key: The chunk metadata key (and column) a category-only filter applies to.
+        :param hidden_statuses: Front matter statuses whose pages are not evidence unless a lookup asks for them by
+            `filters.status` (default `draft`, `archived`); pages not valid yet (`valid_from` after today) neither.
         :raises ValueError: If a parameter is empty.
         """
         for name, value in (("index_path", index_path), ("category_key", category_key)):
             if not value:
                 msg = f"{name}={value!r} must be non-empty; use e.g. 'data/knowledge_index.json' and 'category'"
                 raise ValueError(msg)
+        statuses = list(hidden_statuses if hidden_statuses is not None else DEFAULT_HIDDEN_STATUSES)
+        if not all(isinstance(v, str) and v.strip() for v in statuses):
+            msg = f"hidden_statuses={hidden_statuses!r} must be a list of statuses such as ['draft', 'archived']"
+            raise ValueError(msg)
         self.index_path = index_path
         self.category_key = category_key
+        self.hidden_statuses = statuses
         self._cache = CachedKnowledgeIndex(index_path)
 
     def _index(self) -> KnowledgeIndex:
@@ -180,7 +201,21 @@ class DocumentFilterResolver:
         ids = [cid for d in matched for cid in chunk_ids(d.source, d.doc_version, d.chunks)]
         return {"field": "id", "operator": "in", "value": ids}
 
-    @component.output_types(filters=dict[str, Any] | None, filter_report=dict[str, Any] | None, error=str)
+    def _hidden(self, index: KnowledgeIndex, tests: list[_Test]) -> list[str]:
+        """The chunks of pages that are not evidence by default: a hidden status, or not valid yet."""
+        asked = next((t.values for t in tests if t.key == "status"), set())
+        today = date.today().isoformat()
+        hidden = {s.casefold() for s in self.hidden_statuses} - asked
+        return [
+            cid
+            for d in index.documents
+            if d.status in hidden or (d.valid_from and d.valid_from > today)
+            for cid in chunk_ids(d.source, d.doc_version, d.chunks)
+        ]
+
+    @component.output_types(
+        filters=dict[str, Any] | None, filter_report=dict[str, Any] | None, error=str, hidden=list[str]
+    )
     def run(self, filters: dict[str, Any] | None = None) -> dict[str, Any]:
         """
         Resolve the filters of one lookup.
@@ -190,15 +225,18 @@ class DocumentFilterResolver:
             `filter_report`:
             None without filters, else `requested` (as given), `documents` and `chunks` matched, and when none
             matched `available` (per key, the values that exist, with their document counts); `error`: '' or why
-            the filters were refused (an unknown key, a value of the wrong kind), naming what is accepted.
+            the filters were refused (an unknown key, a value of the wrong kind), naming what is accepted; `hidden`: the
+            chunks of pages that are not evidence (a hidden status the filters do not ask for, or not valid yet),
+            which the retriever leaves out of every attempt.
         """
+        index = self._index()
         if not filters:
-            return {"filters": None, "filter_report": None, "error": ""}
+            return {"filters": None, "filter_report": None, "error": "", "hidden": self._hidden(index, [])}
         try:
-            index = self._index()
             tests = self._tests(filters, index)
         except ValueError as err:
-            return {"filters": None, "filter_report": None, "error": str(err)}
+            return {"filters": None, "filter_report": None, "error": str(err), "hidden": []}
+        hidden = self._hidden(index, tests)
         matched = [d for d in index.documents if all(t.keeps(d) for t in tests)]
         report: dict[str, Any] = {
             "requested": {t.key: t.value for t in tests},
@@ -208,5 +246,5 @@ class DocumentFilterResolver:
         if not matched or not report["chunks"]:
             report["available"] = {t.key: available_values(index, t.key) for t in tests}
             logger.info("Filters {filters} match no indexed document", filters=report["requested"])
-            return {"filters": MATCHES_NOTHING, "filter_report": report, "error": ""}
-        return {"filters": self._store_filter(tests, matched), "filter_report": report, "error": ""}
+            return {"filters": MATCHES_NOTHING, "filter_report": report, "error": "", "hidden": hidden}
+        return {"filters": self._store_filter(tests, matched), "filter_report": report, "error": "", "hidden": hidden}

@@ -231,10 +231,14 @@ class FilteredRetryRetriever:
                 self._pool = ThreadPoolExecutor(max_workers=LEXICAL_WORKERS, thread_name_prefix="lexical-search")
             return self._pool
 
-    def _filters(self, category: str, explicit: Mapping[str, Any] | None) -> dict[str, Any] | None:
-        """The attempt's store filter: L0's category, the caller's explicit filter, or both (AND)."""
-        parts = [{"field": f"meta.{self.category_key}", "operator": "==", "value": category}] if category else []
+    def _filters(
+        self, category: str, explicit: Mapping[str, Any] | None, hidden: list[str] | None = None
+    ) -> dict[str, Any] | None:
+        """The attempt's store filter: L0's category, the caller's explicit filter, the hidden pages left out (AND)."""
+        parts: list[dict[str, Any]] = []
+        parts += [{"field": f"meta.{self.category_key}", "operator": "==", "value": category}] if category else []
         parts += [dict(explicit)] if explicit else []
+        parts += [{"field": "id", "operator": "not in", "value": list(hidden)}] if hidden else []
         if len(parts) > 1:
             return {"operator": "AND", "conditions": parts}
         return parts[0] if parts else None
@@ -293,12 +297,15 @@ class FilteredRetryRetriever:
         top_k: int,
         explicit: Mapping[str, Any] | None = None,
         explicit_summary: str = "",
+        hidden: list[str] | None = None,
     ) -> tuple[list[Document], dict]:
         """One attempt: its candidates (usable or not, each flagged) and its trace."""
         shown = {self.category_key: category} if category else {}
         if explicit:
             shown["explicit"] = explicit_summary
-        filters = self._filters(category, explicit)
+        if hidden:
+            shown["hidden"] = f"{len(hidden)} chunks"
+        filters = self._filters(category, explicit, hidden)
         attempt: dict[str, Any] = {
             "name": name,
             "filter": shown or None,
@@ -372,6 +379,7 @@ class FilteredRetryRetriever:
         top_k: int | None = None,
         embedding_meta: dict[str, Any] | None = None,
         filters: dict[str, Any] | None = None,
+        hidden: list[str] | None = None,
     ) -> dict[str, Any]:
         """
         Retrieve L1 candidates.
@@ -387,6 +395,7 @@ class FilteredRetryRetriever:
         :param filters: The caller's explicit store filter (Haystack filters; `DocumentFilterResolver`): strict,
             every attempt applies it (with L0's category on the first, when L0 found one), none runs without it; a
             filter on an empty list of ids matches nothing and searches nothing.
+        :param hidden: Chunks no attempt may return (pages that are not evidence: drafts, archived, not valid yet).
         :returns: `candidates` (a read-only sequence of Documents, every attempt's, in the order found: `score` =
             normalized similarity, and `similarity`, `raw_score`, `score_semantics`, `retrieval_path`, `attempt`,
             `evidence_key`, `usable` and the BM25 facts in meta; the pipeline hands it on without copying it) and
@@ -424,7 +433,7 @@ class FilteredRetryRetriever:
             return {"candidates": FrozenList(), "retrieval_trace": FrozenDict(trace)}
         docs: list[Document] = []
         if category:
-            docs, attempt = self._attempt("filtered", vector, query or "", category, top_k, explicit, shown)
+            docs, attempt = self._attempt("filtered", vector, query or "", category, top_k, explicit, shown, hidden)
             trace["attempts"].append(attempt)
             if not attempt["candidate_count"]:
                 trace["fallback_reason"] = NO_EVIDENCE
@@ -436,7 +445,7 @@ class FilteredRetryRetriever:
             filtered = docs  # low-quality filtered candidates still compete
             # the retry drops L0's category, never the caller's filter
             name = EXPLICIT if explicit else "unfiltered"
-            docs, attempt = self._attempt(name, vector, query or "", "", top_k, explicit, shown)
+            docs, attempt = self._attempt(name, vector, query or "", "", top_k, explicit, shown, hidden)
             trace["attempts"].append(attempt)
             trace["selected_attempt"] = name
             docs = [*docs, *filtered]

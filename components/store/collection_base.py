@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from components.store.milvus_chunk_store import CollectionDescription, MilvusChunkStore
@@ -26,35 +27,47 @@ def category_of(filters: dict[str, Any] | None) -> str | None:
     return None
 
 
-def _ids_of(filters: dict[str, Any]) -> list[str] | None:
+def _ids_of(filters: dict[str, Any], operator: str) -> list[str] | None:
     value = filters.get("value")
-    if filters.get("field") == "id" and filters.get("operator") == "in" and isinstance(value, list):
+    if filters.get("field") == "id" and filters.get("operator") == operator and isinstance(value, list):
         return [str(v) for v in value]
     return None
 
 
-def scope_of(filters: dict[str, Any] | None) -> tuple[str | None, list[str] | None] | None:
-    """
-    What an in-process BM25 index can apply itself: a category, a list of chunk ids, or both (AND).
+@dataclass(frozen=True)
+class Scope:
+    """What an in-process BM25 index applies itself: a category, chunks to keep, chunks to leave out (None: any)."""
 
-    :param filters: The retriever's Haystack filters.
-    :returns: `(category, ids)` (None: not restricted by it), or None for a filter of any other shape.
-    """
-    if not filters:
-        return None, None
-    parts = filters.get("conditions") if filters.get("operator") == "AND" else [filters]
     category: str | None = None
     ids: list[str] | None = None
+    excluded: list[str] | None = None
+
+
+def scope_of(filters: dict[str, Any] | None) -> Scope | None:
+    """
+    Read a retriever's filter as a `Scope`: a category, ids `in` and ids `not in`, each at most once, ANDed.
+
+    :param filters: The retriever's Haystack filters.
+    :returns: The scope, or None for a filter of any other shape.
+    """
+    if not filters:
+        return Scope()
+    parts = filters.get("conditions") if filters.get("operator") == "AND" else [filters]
+    found: dict[str, Any] = {}
     for part in parts or [None]:
         if not isinstance(part, dict):
             return None
-        if (value := category_of(part)) is not None and category is None:
-            category = value
-        elif (found := _ids_of(part)) is not None and ids is None:
-            ids = found
+        for name, value in (
+            ("category", category_of(part)),
+            ("ids", _ids_of(part, "in")),
+            ("excluded", _ids_of(part, "not in")),
+        ):
+            if value is not None and name not in found:
+                found[name] = value
+                break
         else:
             return None
-    return category, ids
+    return Scope(**found)
 
 
 #: between a collection's configured name and the number of a rebuild that wrote a new collection of its family

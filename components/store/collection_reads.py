@@ -411,13 +411,15 @@ class CollectionReads:
                 )
             ), path
         scope = scope_of(filters)
-        if filters is None or scope is not None:
-            category, ids = scope or (None, None)
-            return self._local_index().search(query, top_k, category=category, ids=ids), path
+        if scope is not None:
+            index = self._local_index()
+            return index.search(query, top_k, category=scope.category, ids=scope.ids, excluded=scope.excluded), path
         # any other filter: the built index, which has every chunk's metadata to test it on
         index, metadata, _ = self._cache.get("local_bm25", self._built_index)
         pairs = index.search(query, top_k=top_k * 5)
-        pairs = [(cid, s) for cid, s in pairs if document_matches_filter(filters, Document(id=cid, meta=metadata[cid]))]
+        pairs = [
+            (cid, s) for cid, s in pairs if document_matches_filter(filters or {}, Document(id=cid, meta=metadata[cid]))
+        ]
         return pairs[:top_k], path
 
     def prepare_lexical(self, source: str = "auto", statistics: bool = False) -> str:

@@ -47,14 +47,14 @@ def category_column_value(meta: dict[str, Any], schema: CollectionSchema) -> str
 
 
 def _id_expression(operator: Any, value: Any, schema: CollectionSchema) -> str:
-    """A filter on the primary key: `in` a list of ids, read by Milvus as a key lookup (never a scan)."""
-    if operator != "in" or not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        msg = f"a filter on 'id' takes operator 'in' and a list of ids, not {operator!r} with {value!r}"
+    """A filter on the primary key: `in` (or `not in`) a list of ids, read by Milvus on the key column."""
+    if operator not in ("in", "not in") or not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        msg = f"a filter on 'id' takes operator 'in' or 'not in' and a list of ids, not {operator!r} with {value!r}"
         raise FilterError(msg)
     if not value:
         msg = "a filter on 'id' needs at least one id (a filter that matches nothing is never sent to the store)"
         raise FilterError(msg)
-    return f"({schema.id_field} in [{', '.join(_literal(v) for v in value)}])"
+    return f"({schema.id_field} {operator} [{', '.join(_literal(v) for v in value)}])"
 
 
 def json_filter_expression(filters: dict[str, Any] | None, schema: CollectionSchema) -> str:
@@ -62,10 +62,10 @@ def json_filter_expression(filters: dict[str, Any] | None, schema: CollectionSch
     Translate Haystack filters on `meta.<key>` into a Milvus expression on the JSON metadata column.
 
     Supports the comparison operators, `in` / `not in` (expanded to `==` / `!=` chains, since Milvus Lite refuses `in`
-    on JSON paths), `id` `in` a list of chunk ids (the primary key) and AND / OR / NOT. Values are always quoted
-    literals, never pasted text. Equality with a non-empty string on the key the schema's `category_field` copies reads
-    that column instead of the JSON path: the same rows match (the column holds `""` where the key is missing or holds
-    no string it can hold), and Milvus Lite filters a column in one vectorized pass but a JSON path row by row.
+    on JSON paths), `id` `in` or `not in` a list of chunk ids (the primary key) and AND / OR / NOT. Values are always
+    quoted literals, never pasted text. Equality with a non-empty string on the key the schema's `category_field` copies
+    reads that column instead of the JSON path: the same rows match (the column holds `""` where the key is missing or
+    holds no string it can hold), and Milvus Lite filters a column in one vectorized pass but a JSON path row by row.
 
     :param filters: Haystack filters, or None.
     :param schema: The collection schema (names the metadata column, and the category column where the collection

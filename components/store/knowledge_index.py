@@ -38,6 +38,13 @@ class IndexedDocument(BaseModel):
     updated: str = ""
     #: the page's values of the fields declared filterable (indexing.yaml `metadata.filterable_fields`)
     fields: dict[str, list[str]] = Field(default_factory=dict)
+    #: its life (front matter): `draft`, `deprecated`, `superseded`, `archived` or '' (current); the page replacing
+    #: it (an id or a source); the days it is valid from and until, and the day it was last reviewed ('' when unset)
+    status: str = ""
+    superseded_by: str = ""
+    valid_from: str = ""
+    valid_until: str = ""
+    reviewed_at: str = ""
     doc_version: str
     chunks: int = 0
     # the files its text includes (Hugo/Jekyll includes), by source, with the version each had when it was indexed:

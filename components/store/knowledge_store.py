@@ -94,6 +94,9 @@ class KnowledgeStore(Protocol):
     ) -> list[Document]:
         """Dense hits joined with a BM25 search's: BM25 facts in meta, the chunks only BM25 found scored."""
 
+    def fetch_scored(self, ids: list[str], vector: list[float]) -> list[Document]:
+        """Chunks by id, scored against a query vector as the dense search would (normalized similarity)."""
+
     def fetch(self, ids: list[str]) -> list[Document]:
         """Chunks by id, without vectors."""
 

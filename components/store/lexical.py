@@ -308,7 +308,12 @@ class Bm25ChunkIndex:
         return len(self.ids)
 
     def search(
-        self, query: str, top_k: int, category: str | None = None, ids: Collection[str] | None = None
+        self,
+        query: str,
+        top_k: int,
+        category: str | None = None,
+        ids: Collection[str] | None = None,
+        excluded: Collection[str] | None = None,
     ) -> list[tuple[str, float]]:
         """
         Return the best chunks for a query.
@@ -317,6 +322,7 @@ class Bm25ChunkIndex:
         :param top_k: Most results.
         :param category: Only chunks of this category (None: all).
         :param ids: Only these chunks (None: all).
+        :param excluded: Not these chunks (None: none left out).
         :returns: `(chunk_id, bm25_score)` pairs, best first, positive scores only, on Milvus' scale (bm25s' score
             times k1 + 1), so both BM25 paths give the same numbers.
         """
@@ -324,9 +330,12 @@ class Bm25ChunkIndex:
             return []
         terms = [t for t in tokenize(query) if t in self._bm25.vocab_dict]
         mask = self._mask(category) if category is not None else None
-        if ids is not None:
-            chosen = np.isin(np.asarray(self.ids, dtype=str), np.asarray(list(ids), dtype=str)).astype(np.float32)
-            mask = chosen if mask is None else mask * chosen
+        for chosen, keep in ((ids, True), (excluded, False)):
+            if chosen is None or (not keep and not chosen):
+                continue
+            member = np.isin(np.asarray(self.ids, dtype=str), np.asarray(list(chosen), dtype=str))
+            part = (member if keep else ~member).astype(np.float32)
+            mask = part if mask is None else mask * part
         if not terms or (mask is not None and not mask.any()):
             return []
         k = min(top_k, len(self))

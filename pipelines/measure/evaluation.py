@@ -47,6 +47,8 @@ class EvalQuery:
     expected: list[str]
     gold_categories: list[str]
     type: str = ""
+    #: documents a newer version replaces (supersession cases): they must never come first
+    superseded: tuple[str, ...] = ()
 
 
 def load_eval_set(path: str | Path) -> list[EvalQuery]:
@@ -70,6 +72,7 @@ def load_eval_set(path: str | Path) -> list[EvalQuery]:
                     expected=[str(d) for d in row.get("expected_doc_ids") or []],
                     gold_categories=[str(c) for c in row.get("gold_categories") or []],
                     type=str(row.get("type") or ""),
+                    superseded=tuple(str(d) for d in row.get("superseded_doc_ids") or []),
                 )
             )
         except (ValueError, KeyError, TypeError) as err:
@@ -298,7 +301,36 @@ def evaluate(
         "negatives": negative_stats(unanswerable, abstained, [str(p) for p in negative_files]),
         "relevance": relevance_stats(answers["pipeline"], judged),
         "sidecar": sidecar_stats(judged, judged_log),
+        "supersession": supersession_stats(answers, judged),
     }
+
+
+def supersession_stats(answers: dict[str, list[Answer]], judged: list[EvalQuery]) -> dict[str, Any] | None:
+    """
+    How each config fares on supersession cases (queries naming `superseded_doc_ids`).
+
+    :param answers: Each config's answers, in the order of `judged`.
+    :param judged: The judged queries.
+    :returns: None without such cases; else `queries` and per config `superseded_first_rate` (the first returned
+        block is a superseded document's: it must be 0), `successor_first_rate` (it is the successor's) and
+        `superseded_returned_rate` (a superseded document is among the blocks at all).
+    """
+    cases = [i for i, q in enumerate(judged) if q.superseded]
+    if not cases:
+        return None
+
+    def rates(given: list[Answer]) -> dict[str, float]:
+        first = [given[i].blocks[0] if given[i].blocks else "" for i in cases]
+        old_first = sum(f in judged[i].superseded for f, i in zip(first, cases, strict=True))
+        new_first = sum(f in judged[i].expected for f, i in zip(first, cases, strict=True))
+        old_returned = sum(any(b in judged[i].superseded for b in given[i].blocks) for i in cases)
+        return {
+            "superseded_first_rate": round(old_first / len(cases), 4),
+            "successor_first_rate": round(new_first / len(cases), 4),
+            "superseded_returned_rate": round(old_returned / len(cases), 4),
+        }
+
+    return {"queries": len(cases), "configs": {name: rates(given) for name, given in answers.items()}}
 
 
 def evidence_stats(answers: list[Answer], judged: list[EvalQuery]) -> dict[str, float]:
@@ -509,6 +541,13 @@ def format_table(report: dict[str, Any]) -> str:
     for name, metrics in report["configs"].items():
         lines.append(
             f"{name:<12}" + "".join(f"{metrics[c]:>16.4f}" if c in metrics else f"{'-':>16}" for c in evidence)
+        )
+    supersession = report.get("supersession") or {}
+    for name, rates in (supersession.get("configs") or {}).items():
+        lines.append(
+            f"  supersession ({supersession['queries']} queries) {name}: superseded first "
+            f"{rates['superseded_first_rate']:.3f}, successor first {rates['successor_first_rate']:.3f}, superseded "
+            f"returned {rates['superseded_returned_rate']:.3f}"
         )
     negatives = report.get("negatives") or {}
     for kind, group in (negatives.get("by_type") or {}).items():

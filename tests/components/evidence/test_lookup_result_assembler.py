@@ -59,6 +59,10 @@ BLOCK_KEYS = {
     "citation",
     "anchor",
     "truncated",
+    "superseded",
+    "replaces",
+    "stale",
+    "reviewed",
 }
 DETAIL_KEYS = {
     "l0_hints",
@@ -544,6 +548,28 @@ class TestLookupResultAssembler:
         inputs = _inputs([], candidates=3, filter_report=report, evidence_trace=_evidence(False, 3))
         message = LookupResultAssembler().run(**inputs)["result"]["message"]
         assert "Searched only within the filters {'category': 'alerts'}: 4 documents" in message
+
+    def test_the_message_says_what_the_lifecycle_did_to_the_returned_blocks(self):
+        docs = [
+            _doc(1, replaces="alerts/old.md"),
+            _doc(2, superseded=True),
+            _doc(3, stale=True, reviewed="2020-01-02"),
+        ]
+        lifecycle = {
+            "replaced": [{"old": "alerts/old.md", "by": "alerts/doc1.md"}, {"old": "x.md", "by": "not-returned.md"}],
+            "dropped": [],
+            "superseded": ["alerts/doc2.md", "elsewhere.md"],
+            "stale": [{"source": "alerts/doc3.md", "reviewed": "2020-01-02"}],
+        }
+        result = LookupResultAssembler().run(**_inputs(docs, lifecycle=lifecycle))["result"]
+        message = result["message"]
+        assert "alerts/old.md is superseded: its successor alerts/doc1.md is returned instead." in message
+        assert "alerts/doc2.md is marked superseded with no successor indexed" in message
+        assert "alerts/doc3.md: not reviewed lately (stale)" in message
+        assert "not-returned.md" not in message and "elsewhere.md" not in message
+        first, second, third = result["evidenceBlocks"]
+        assert first["replaces"] == "alerts/old.md" and second["superseded"] is True
+        assert third["stale"] is True and third["reviewed"] == "2020-01-02"
 
     def test_refused_filters_are_an_invalid_query(self):
         inputs = _inputs([_doc(1)], filter_error="filters has no key 'colour'")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
@@ -55,13 +56,17 @@ class TestDocumentFilterResolver:
 
     def test_to_dict_from_dict(self):
         data = component_to_dict(DocumentFilterResolver(index_path="x/index.json", category_key="domain"), "f")
-        assert data["init_parameters"] == {"index_path": "x/index.json", "category_key": "domain"}
+        assert data["init_parameters"] == {
+            "index_path": "x/index.json",
+            "category_key": "domain",
+            "hidden_statuses": ["draft", "archived"],
+        }
         restored = component_from_dict(DocumentFilterResolver, data, "f")
         assert (restored.index_path, restored.category_key) == ("x/index.json", "domain")
 
     @pytest.mark.parametrize("filters", [None, {}])
     def test_no_filters_is_no_filter(self, resolver, filters):
-        assert resolver.run(filters=filters) == {"filters": None, "filter_report": None, "error": ""}
+        assert resolver.run(filters=filters) == {"filters": None, "filter_report": None, "error": "", "hidden": []}
 
     def test_a_category_alone_filters_the_category_column(self, resolver):
         out = resolver.run(filters={"category": "ALERTS"})
@@ -140,6 +145,39 @@ class TestDocumentFilterResolver:
         before = copy.deepcopy(filters)
         resolver.run(filters=filters)
         assert filters == before
+
+    def test_drafts_archived_and_future_pages_are_hidden_unless_asked_for(self, tmp_path):
+        tomorrow = (date.today() + timedelta(days=1)).isoformat()
+        pages = [
+            *DOCS,
+            _doc("ops/draft.md", status="draft"),
+            _doc("ops/old.md", status="archived"),
+            _doc("ops/next.md", valid_from=tomorrow),
+            _doc("ops/gone.md", status="superseded"),  # the supersession resolver's, not hidden here
+        ]
+        path = tmp_path / "index.json"
+        KnowledgeIndex(documents=pages).save(path)
+        resolver = DocumentFilterResolver(index_path=str(path))
+        by_source = {d.source: d for d in pages}
+
+        def ids(*sources):
+            return sorted(c for s in sources for c in chunk_ids(s, by_source[s].doc_version, by_source[s].chunks))
+
+        assert sorted(resolver.run()["hidden"]) == ids("ops/draft.md", "ops/old.md", "ops/next.md")
+        drafts = resolver.run(filters={"status": "draft"})
+        assert sorted(drafts["hidden"]) == ids("ops/old.md", "ops/next.md")
+        assert sorted(drafts["filters"]["value"]) == ids("ops/draft.md")
+        current = resolver.run(filters={"status": "current"})["filter_report"]
+        assert current["documents"] == len(DOCS) + 1  # every page without a status, and the one valid from tomorrow
+        assert sorted(DocumentFilterResolver(index_path=str(path), hidden_statuses=[]).run()["hidden"]) == ids(
+            "ops/next.md"
+        )
+
+    def test_hidden_statuses_are_checked_and_serialized(self):
+        with pytest.raises(ValueError, match="hidden_statuses=\\[''\\]"):
+            DocumentFilterResolver(hidden_statuses=[""])
+        data = component_to_dict(DocumentFilterResolver(hidden_statuses=["draft"]), "f")
+        assert component_from_dict(DocumentFilterResolver, data, "f").hidden_statuses == ["draft"]
 
     def test_available_values_of_folders_and_days(self):
         index = KnowledgeIndex(documents=DOCS)

@@ -149,6 +149,7 @@ class TestFilteredRetryRetriever:
             "top_k",
             "embedding_meta",
             "filters",
+            "hidden",
         ]
         assert list(retriever.__haystack_output__._sockets_dict) == ["candidates", "retrieval_trace"]
 
@@ -290,6 +291,20 @@ class TestFilteredRetryRetriever:
         assert filtered["raw_hits"] == 0  # payments AND (disk or plans): nothing
         assert {d.meta["source"] for d in out["candidates"]} == {"alerts/disk.md", "faq/plans.md"}
         assert out["retrieval_trace"]["selected_attempt"] == "explicit"
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize(("mode", "lexical_source"), [("sdk", "local"), ("haystack", "milvus")])
+    def test_hidden_chunks_are_left_out_of_every_attempt(
+        self, make_retriever, disk_vector, data_dir, mode, lexical_source
+    ):
+        hidden = chunk_ids_of(data_dir, "alerts/disk.md")
+        retriever = make_retriever(mode=mode, reference_threshold=0.99, lexical=True, lexical_source=lexical_source)
+        seen = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION, category_filter="alerts")
+        assert "alerts/disk.md" in {d.meta["source"] for d in seen["candidates"]}
+        out = retriever.run(query_embedding=disk_vector, query=DISK_QUESTION, category_filter="alerts", hidden=hidden)
+        assert attempt_names(out) == ["filtered", "unfiltered"]
+        assert all(a["filter"]["hidden"] == f"{len(hidden)} chunks" for a in out["retrieval_trace"]["attempts"])
+        assert out["candidates"] and "alerts/disk.md" not in {d.meta["source"] for d in out["candidates"]}
 
     def test_a_filter_that_matches_nothing_searches_nothing(self, make_retriever, disk_vector, monkeypatch):
         retriever = make_retriever(mode="sdk")
