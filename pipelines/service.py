@@ -112,6 +112,8 @@ class KnowledgeService:
         self._query_node, _ = node_of_type(pipeline, QueryTransformer)
         self._recorder_node, self._recorder = node_of_type(pipeline, TraceRecorder)
         self.tool_name = self._recorder.tool_name
+        #: the knowledge base's name (its collection's, unless a server serving several names it)
+        self.name = ""
         deployment = deployment or Deployment.resolve()
         self._probe = KnowledgeCollection(uri=deployment.milvus_uri, index_path=str(deployment.index_path))
         self._probe_lock = threading.Lock()
@@ -196,7 +198,7 @@ class KnowledgeService:
             index, _ = self._index.get()
             version = self._index.signature()
         written = self._index.path.stat().st_mtime if version else None
-        body = facets_of(index, self.collection_name, version, written).model_dump(by_alias=True)
+        body = facets_of(index, self.name or self.collection_name, version, written).model_dump(by_alias=True)
         details = {"documents": body["documents"], "index_version": version}
         self._record(
             "list_facets",
@@ -381,7 +383,7 @@ class KnowledgeService:
         """
         :returns: The `knowledge_id` values Dify may send: `lookup-knowledge` and the collection's name.
         """
-        return {DEFAULT_KNOWLEDGE_ID, self.collection_name}
+        return {DEFAULT_KNOWLEDGE_ID, self.collection_name, *([self.name] if self.name else [])}
 
     def documents(self) -> dict[str, IndexedDocument]:
         """

@@ -51,7 +51,7 @@ the search strictly to documents whose fields match: {filter_keys}; list_facets 
 (optional) bounds the evidence characters. Every call is recorded; `traceId` identifies the record."""
 
 #: the filter keys every knowledge base has
-BUILT_IN_FILTER_KEYS = ("category", "tags", "keywords", "source", "source_prefix", "updated_after")
+BUILT_IN_FILTER_KEYS = ("category", "tags", "keywords", "source", "source_prefix", "updated_after", "status")
 
 
 def tool_description(
@@ -100,6 +100,8 @@ def filters_schema(filter_keys: Sequence[str] = BUILT_IN_FILTER_KEYS) -> dict[st
         "category": "The document's category (any of a list).",
         "tags": "A tag or keyword the document has (any of a list).",
         "keywords": "The same as tags.",
+        "status": "The page's status (current, draft, deprecated, superseded, archived): drafts and archived pages "
+        "are searched only when asked for.",
     }
     properties = {
         key: special.get(key) or {**_FILTER_VALUE, "description": described.get(key, f"The document's {key}.")}

@@ -84,6 +84,11 @@ class SupersessionResolver:
         self.index_path = index_path
         self.review_age_days = review_age_days
         self._cache = CachedKnowledgeIndex(index_path)
+        self._pages_of: tuple[KnowledgeIndex | None, dict[str, IndexedDocument], dict[str, IndexedDocument]] = (
+            None,
+            {},
+            {},
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """
@@ -104,17 +109,26 @@ class SupersessionResolver:
         return default_from_dict(cls, {**data, "init_parameters": params})
 
     def warm_up(self) -> None:
-        """Connect to the store (idempotent)."""
-        self.collection.warm_up()
+        """Connect to the store now rather than in the first lookup (idempotent; never raises: a store that is down
+        shows in the retriever's attempts, and a successor is then read when it is needed)."""
+        try:
+            self.collection.warm_up()
+        except Exception as err:  # whatever the client raises
+            logger.warning("Supersession resolver could not warm up: {error}", error=err)
 
     def close(self) -> None:
         """Release the store connection."""
         self.collection.close()
 
+    def _pages(self, index: KnowledgeIndex) -> tuple[dict[str, IndexedDocument], dict[str, IndexedDocument]]:
+        """The index's pages by source and by id, made once per index version (kept with the index they index)."""
+        if self._pages_of[0] is not index:
+            self._pages_of = (index, index.by_source(), {d.doc_id: d for d in index.documents})
+        return self._pages_of[1], self._pages_of[2]
+
     def _successor(self, doc: IndexedDocument, index: KnowledgeIndex, today: str) -> IndexedDocument | None:
         """The current page replacing `doc`, following `superseded_by` links; None when none is indexed."""
-        by_id = {d.doc_id: d for d in index.documents}
-        by_source = index.by_source()
+        by_source, by_id = self._pages(index)
         current, seen = doc, {doc.source}
         for _ in range(MAX_HOPS):
             link = current.superseded_by
@@ -173,7 +187,7 @@ class SupersessionResolver:
         if not documents:
             return {"documents": FrozenList(), "lifecycle": FrozenDict(summary)}
         index, _ = self._cache.get()
-        by_source = index.by_source()
+        by_source, _ = self._pages(index)
         today = date.today()
         vector = as_list(query_embedding) if query_embedding is not None and len(query_embedding) else None
         present = {str(d.meta.get("source")) for d in documents}

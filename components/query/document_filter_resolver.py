@@ -164,6 +164,7 @@ class DocumentFilterResolver:
         self.category_key = category_key
         self.hidden_statuses = statuses
         self._cache = CachedKnowledgeIndex(index_path)
+        self._hidden_cache: dict[str, Any] = {}
 
     def _index(self) -> KnowledgeIndex:
         return self._cache.get()[0]
@@ -204,14 +205,19 @@ class DocumentFilterResolver:
     def _hidden(self, index: KnowledgeIndex, tests: list[_Test]) -> list[str]:
         """The chunks of pages that are not evidence by default: a hidden status, or not valid yet."""
         asked = next((t.values for t in tests if t.key == "status"), set())
-        today = date.today().isoformat()
-        hidden = {s.casefold() for s in self.hidden_statuses} - asked
-        return [
-            cid
-            for d in index.documents
-            if d.status in hidden or (d.valid_from and d.valid_from > today)
-            for cid in chunk_ids(d.source, d.doc_version, d.chunks)
-        ]
+        hidden = frozenset({s.casefold() for s in self.hidden_statuses} - asked)
+        # the same for every lookup until the index or the day changes: worked out once
+        key = (id(index), hidden, date.today().isoformat())
+        if self._hidden_cache.get("key") != key:
+            today = key[2]
+            chunks = [
+                cid
+                for d in index.documents
+                if d.status in hidden or (d.valid_from and d.valid_from > today)
+                for cid in chunk_ids(d.source, d.doc_version, d.chunks)
+            ]
+            self._hidden_cache = {"key": key, "chunks": chunks, "index": index}
+        return list(self._hidden_cache["chunks"])
 
     @component.output_types(
         filters=dict[str, Any] | None, filter_report=dict[str, Any] | None, error=str, hidden=list[str]

@@ -278,6 +278,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from pipelines.catalog import parse_knowledge
     from pipelines.entrypoints.mcp_server import serve
 
     with contextlib.suppress(KeyboardInterrupt):
@@ -292,6 +293,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             component_params=_overrides(args.set),
             tool_name=args.tool_name,
             tool_description=args.tool_description,
+            knowledge=[parse_knowledge(spec) for spec in args.knowledge] or None,
         )
     return 0
 
@@ -438,6 +440,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME[:PORT]",
         help="a Host header to serve besides loopback and --host (repeatable), e.g. kb.internal:8765",
+    )
+    serve_p.add_argument(
+        "--knowledge",
+        action="append",
+        default=[],
+        metavar="NAME=DATA_DIR",
+        help="serve several knowledge bases (repeatable), each indexed into its own data folder: one lookup tool "
+        "lookup_NAME each; REST and the reads take `knowledge`, Dify's knowledge_id is NAME",
     )
     serve_p.add_argument(
         "--tool-name",

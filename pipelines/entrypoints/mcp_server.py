@@ -58,12 +58,14 @@ from mcp.types import (
     jsonrpc_message_adapter,
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic.alias_generators import to_camel
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from components.core.environment import SERVER_TOKEN
+from pipelines.catalog import Catalog, UnknownKnowledgeError
 from pipelines.entrypoints.agent_tool import (
     LookupKnowledgeTool,
     LookupToolError,
@@ -164,29 +166,19 @@ def _read_result(body: dict[str, Any]) -> CallToolResult:
     return _structured(body)
 
 
-def build_server(tool: LookupKnowledgeTool, *, log_level: str = "WARNING") -> MCPServer:
-    """
-    Build the MCP server around a `lookup_knowledge` tool (whose pipeline is loaded).
+class KnowledgeBases(BaseModel):
+    """`list_facets` of a server serving several knowledge bases: each one's facets."""
 
-    Four tools, all read-only and idempotent, each with its output schema: the lookup (named and described as the
-    tool is: `recorder.tool_name`, and the knowledge base it looks up), `list_facets`, `read_evidence` and
-    `read_document`; and the facets as the resource `knowledge://facets`.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
-    :param tool: From `pipelines.entrypoints.agent_tool.lookup_knowledge_tool` (None: the server initializes and
-        lists its tools, with the built-in filter keys, but has nothing to answer with).
-    :param log_level: The SDK's log level (logs go to stderr).
-    :returns: The server.
-    """
-    server: MCPServer = MCPServer(
-        SERVER_NAME,
-        instructions=SERVER_INSTRUCTIONS,
-        log_level=log_level,  # type: ignore[arg-type]
-    )
+    knowledge_bases: list[Facets]
+
+
+def _lookup_tool(server: MCPServer, tool: LookupKnowledgeTool | None, annotations: ToolAnnotations) -> None:
+    """Register one knowledge base's lookup tool: its own name, description and filter keys."""
     service = tool.service if tool is not None else None
-    keys = service.filter_keys() if service is not None else list(BUILT_IN_FILTER_KEYS)
     name = tool.name if tool is not None else TOOL_NAME
-    filters_type = filters_model(keys)
-    read_only = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+    filters_type = filters_model(service.filter_keys() if service is not None else list(BUILT_IN_FILTER_KEYS))
 
     def lookup_knowledge(
         query: Annotated[str, Field(description=_QUERY_DESCRIPTION)],
@@ -198,20 +190,102 @@ def build_server(tool: LookupKnowledgeTool, *, log_level: str = "WARNING") -> MC
         """Run one lookup; runs in a worker thread (the tool serializes its pipeline runs)."""
         given = filters.model_dump(exclude_none=True) if filters is not None else None
         try:
-            compact = tool.lookup(query, session_id=session_id, filters=given, max_chars=max_chars, cursor=cursor)
+            compact = tool.lookup(query, session_id=session_id, filters=given, max_chars=max_chars, cursor=cursor)  # type: ignore[union-attr]
         except LookupToolError as err:
             raise ToolError(str(err)) from err
         except Exception as err:  # a crash inside the pipeline: still a tool error, never a dead server
             raise _tool_error(name, err) from err
         return _structured(compact)
 
+    # annotations are strings here (`from __future__ import annotations`), resolved in this module's namespace: the
+    # model made for this knowledge base is set as the annotation itself
+    lookup_knowledge.__annotations__["filters"] = Annotated[
+        filters_type | None, Field(description=_FILTERS_DESCRIPTION)
+    ]
+    description = tool.description if tool is not None else TOOL_DESCRIPTION
+    server.add_tool(
+        lookup_knowledge, name=name, description=description, annotations=annotations, structured_output=True
+    )
+
+
+def _name_the_knowledge(fn: Any, names: list[str], required: bool) -> None:
+    """
+    Give a shared tool its `knowledge` argument: one of `names` (required for a read, optional for the facets) when a
+    server serves several knowledge bases; none when it serves one. Set as the function's signature, which is what the
+    MCP SDK reads its input schema from.
+    """
+    signature = inspect.signature(fn, eval_str=True)
+    parameters = [p for p in signature.parameters.values() if p.name != "knowledge"]
+    if names:
+        choice: Any = Literal[tuple(names)]  # type: ignore[valid-type]
+        what = f"The knowledge base: one of {', '.join(names)}" + ("." if required else " (without: all of them).")
+        # built at run time from the served names: no static type to check
+        annotation = Annotated[choice if required else choice | None, Field(description=what)]  # type: ignore[valid-type]
+        default = inspect.Parameter.empty if required else None
+        parameters.append(
+            inspect.Parameter("knowledge", inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+        )
+    fn.__signature__ = signature.replace(parameters=parameters)
+
+
+def build_server(
+    tool: LookupKnowledgeTool | Sequence[LookupKnowledgeTool] | None, *, log_level: str = "WARNING"
+) -> MCPServer:
+    """
+    Build the MCP server around the lookup tool of one knowledge base, or of several.
+
+    All tools are read-only and idempotent, each with its output schema: one lookup per knowledge base (named and
+    described as its tool is: `recorder.tool_name` or `lookup_<name>`, and the knowledge base it looks up), and
+    `list_facets`, `read_evidence` and `read_document`, which take `knowledge` (the knowledge base's name) when there
+    are several; the facets are also the resource `knowledge://facets`.
+
+    :param tool: From `pipelines.entrypoints.agent_tool.lookup_knowledge_tool`, or one per knowledge base (their
+        services named: `KnowledgeService.name`). None: the server initializes and lists its tools, with the built-in
+        filter keys, but has nothing to answer with.
+    :param log_level: The SDK's log level (logs go to stderr).
+    :returns: The server.
+    """
+    server: MCPServer = MCPServer(
+        SERVER_NAME,
+        instructions=SERVER_INSTRUCTIONS,
+        log_level=log_level,  # type: ignore[arg-type]
+    )
+    tools = [] if tool is None else [tool] if isinstance(tool, LookupKnowledgeTool) else list(tool)
+    catalog = (
+        Catalog({t.service.name: t.service for t in tools} if len(tools) > 1 else tools[0].service) if tools else None
+    )
+    read_only = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+    for each in tools or [None]:  # type: ignore[list-item]
+        _lookup_tool(server, each, read_only)
+    several = catalog is not None and catalog.several
+    names = catalog.names() if catalog is not None else []
+
+    def pick(knowledge: str | None) -> KnowledgeService:
+        if catalog is None:
+            msg = "no knowledge base is served"
+            raise ToolError(msg)
+        try:
+            return catalog.pick(knowledge)
+        except UnknownKnowledgeError as err:
+            raise ToolError(str(err)) from err
+
+    def every_facets(session_id: str | None) -> dict[str, Any]:
+        facets = [known.facets(session_id=session_id) for known in catalog or []]
+        return {"knowledgeBases": facets} if several else facets[0]
+
     def list_facets(
         session_id: Annotated[str | None, Field(description=_SESSION_DESCRIPTION)] = None,
+        knowledge: str | None = None,
     ) -> Annotated[CallToolResult, Facets]:
         """What lookups may filter on (categories, tags, declared fields, folders, update days), with document counts
         and sample values, and what the knowledge base holds (documents, chunks, languages, index version)."""
         try:
-            return _structured(service.facets(session_id=session_id))  # type: ignore[union-attr]
+            if several and not knowledge:
+                return _structured(every_facets(session_id))
+            body = pick(knowledge).facets(session_id=session_id)
+            return _structured({"knowledgeBases": [body]} if several else body)
+        except ToolError:
+            raise
         except Exception as err:
             raise _tool_error("list_facets", err) from err
 
@@ -221,11 +295,13 @@ def build_server(tool: LookupKnowledgeTool, *, log_level: str = "WARNING") -> MC
         after: Annotated[int, Field(ge=0, le=10, description="Neighbouring chunks after it.")] = 1,
         max_chars: Annotated[int | None, Field(ge=200, description="The most characters to return.")] = None,
         session_id: Annotated[str | None, Field(description=_SESSION_DESCRIPTION)] = None,
+        knowledge: str | None = None,
     ) -> Annotated[CallToolResult, EvidenceRead]:
         """Read a cited block whole, with the chunks around it, from the document's current version (`changed` says
         when the document changed since the citation was returned)."""
+        chosen = pick(knowledge)
         try:
-            body = service.read_evidence(citation, before, after, max_chars, session_id=session_id)  # type: ignore[union-attr]
+            body = chosen.read_evidence(citation, before, after, max_chars, session_id=session_id)
         except Exception as err:
             raise _tool_error("read_evidence", err) from err
         return _read_result(body)
@@ -237,22 +313,22 @@ def build_server(tool: LookupKnowledgeTool, *, log_level: str = "WARNING") -> MC
         ] = None,
         max_chars: Annotated[int | None, Field(ge=200, description="The most characters to return.")] = None,
         session_id: Annotated[str | None, Field(description=_SESSION_DESCRIPTION)] = None,
+        knowledge: str | None = None,
     ) -> Annotated[CallToolResult, DocumentRead]:
         """Read a document, or one of its sections, in order (with the list of its sections)."""
+        chosen = pick(knowledge)
         try:
-            body = service.read_document(source, section, max_chars, session_id=session_id)  # type: ignore[union-attr]
+            body = chosen.read_document(source, section, max_chars, session_id=session_id)
         except Exception as err:
             raise _tool_error("read_document", err) from err
         return _read_result(body)
 
-    # annotations are strings here (`from __future__ import annotations`), resolved in this module's namespace: the
-    # model made for this knowledge base is set as the annotation itself
-    lookup_knowledge.__annotations__["filters"] = Annotated[
-        filters_type | None, Field(description=_FILTERS_DESCRIPTION)
-    ]
-    description = tool.description if tool is not None else TOOL_DESCRIPTION
-    server.add_tool(lookup_knowledge, name=name, description=description, annotations=read_only, structured_output=True)
     for fn in (list_facets, read_evidence, read_document):
+        _name_the_knowledge(fn, names if several else [], required=fn is not list_facets)
+        if several and fn is list_facets:
+            fn.__signature__ = inspect.signature(fn).replace(  # type: ignore[attr-defined]
+                return_annotation=Annotated[CallToolResult, KnowledgeBases]
+            )
         # the docstring as one paragraph: what the agent reads
         summary = " ".join(inspect.cleandoc(fn.__doc__ or "").split())
         server.add_tool(fn, description=summary, annotations=read_only, structured_output=True)
@@ -260,7 +336,7 @@ def build_server(tool: LookupKnowledgeTool, *, log_level: str = "WARNING") -> MC
     @server.resource(FACETS_URI, name="facets", mime_type="application/json")
     def facets() -> str:
         """The knowledge base's facets (as the list_facets tool returns them)."""
-        return compact_json(service.facets() if service is not None else {})
+        return compact_json(every_facets(None) if catalog is not None else {})
 
     return server
 
@@ -503,7 +579,7 @@ def http_app(
     host: str,
     token: str | None = None,
     allowed_hosts: list[str] | None = None,
-    service: KnowledgeService | None = None,
+    service: KnowledgeService | Catalog | None = None,
 ) -> Any:
     """
     The HTTP ASGI app: streamable HTTP at `/mcp` and, given a service, the REST routes beside it (one Starlette app,
@@ -513,8 +589,8 @@ def http_app(
     :param host: The bind address (served as a Host header too, unless it is a wildcard address).
     :param token: The bearer token, or None (loopback only, see `check_bind`).
     :param allowed_hosts: More Host header values to serve (`name` or `name:port`).
-    :param service: The REST routes' service, the tool's (`pipelines.service.KnowledgeService`); None serves
-        `/mcp` only.
+    :param service: The REST routes' service, the tool's (`pipelines.service.KnowledgeService`), or the catalog of
+        several knowledge bases; None serves `/mcp` only.
     :returns: The ASGI app.
     :raises ValueError: If the token is one no request could send (`check_token`).
     """
@@ -532,6 +608,15 @@ def http_app(
     return BearerTokenMiddleware(app, token, exempt_paths=(RETRIEVAL_PATH,) if routes else ()) if token else app
 
 
+def _named_tool(
+    name: str, folder: str, path: str | Path, component_params: dict[str, dict[str, Any]] | None
+) -> LookupKnowledgeTool:
+    """One knowledge base of several: its tool `lookup_<name>`, its service named `name`."""
+    tool = lookup_knowledge_tool(path, data_dir=folder, component_params=component_params, name=f"lookup_{name}")
+    tool.service.name = name
+    return tool
+
+
 def serve(
     transport: Literal["stdio", "http"] = "stdio",
     host: str = DEFAULT_MCP_HOST,
@@ -544,6 +629,7 @@ def serve(
     component_params: dict[str, dict[str, Any]] | None = None,
     tool_name: str | None = None,
     tool_description: str | None = None,
+    knowledge: list[tuple[str, str]] | None = None,
 ) -> None:
     """
     Load the lookup pipeline once and serve `lookup_knowledge` until the client disconnects (stdio) or the process
@@ -565,6 +651,9 @@ def serve(
         to one agent need two names.
     :param tool_description: The lookup tool's description (default: the pipeline's `metadata.tool_description`,
         else one naming the knowledge base).
+    :param knowledge: Several knowledge bases to serve, as `(name, data folder)` pairs (`--knowledge NAME=DIR`):
+        each gets its lookup tool `lookup_<name>` described from its own facets; `data_dir`, `tool_name` and
+        `tool_description` are then not used.
     :raises ValueError: If `transport` is unknown, the pipeline file is not a pipeline, the bind is refused, or the
         HTTP token is one no request could send (`check_token`).
     :raises FileNotFoundError: If the pipeline file does not exist.
@@ -577,24 +666,32 @@ def serve(
     # one INFO line per component and call is too much for a server log
     stdlib_logging.getLogger("haystack").setLevel(stdlib_logging.WARNING)
     path = pipeline_path or DEFAULT_LOOKUP_PIPELINE
-    if transport == "stdio":
-        with _stdout_to_stderr():  # loading may start Milvus Lite; nothing it prints may reach the protocol stream
-            tool = lookup_knowledge_tool(
+    if knowledge and (tool_name or tool_description):
+        msg = "--tool-name and --tool-description name one knowledge base; with --knowledge each is lookup_<name>"
+        raise ValueError(msg)
+
+    def load() -> list[LookupKnowledgeTool]:
+        if not knowledge:
+            one = lookup_knowledge_tool(
                 path, data_dir=data_dir, component_params=component_params, name=tool_name, description=tool_description
             )
-        serve_stdio(build_server(tool))
+            return [one]
+        return [_named_tool(name, folder, path, component_params) for name, folder in knowledge]
+
+    if transport == "stdio":
+        with _stdout_to_stderr():  # loading may start Milvus Lite; nothing it prints may reach the protocol stream
+            tools = load()
+        serve_stdio(build_server(tools))
         return
     secret = token if token is not None else Secret.from_env_var(AUTH_ENV, strict=False)
     bearer = check_token(secret.resolve_value())  # both before loading anything
     check_bind(host, allow_remote, bearer)
-    tool = lookup_knowledge_tool(
-        path, data_dir=data_dir, component_params=component_params, name=tool_name, description=tool_description
-    )
-    server = build_server(tool, log_level="INFO")
+    tools = load()
+    server = build_server(tools, log_level="INFO")
     logger.info(
         "Serving {tool} over streamable HTTP at http://{host}:{port}{path}, REST at /lookup, /retrieval (Dify), "
         "/health, /openapi.json (bearer token {auth})",
-        tool=tool.name,
+        tool=", ".join(t.name for t in tools),
         host=host,
         port=port,
         path=HTTP_PATH,
@@ -602,5 +699,6 @@ def serve(
     )
     import uvicorn
 
-    app = http_app(server, host, bearer, allowed_hosts, service=tool.service)
+    catalog = Catalog({t.service.name: t.service for t in tools} if knowledge else tools[0].service)
+    app = http_app(server, host, bearer, allowed_hosts, service=catalog)
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()

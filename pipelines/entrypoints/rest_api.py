@@ -50,6 +50,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from components.core.lookup_result import LookupResult
+from pipelines.catalog import Catalog, UnknownKnowledgeError
 from pipelines.entrypoints.dify_knowledge import (
     ERROR_CODES,
     DifyError,
@@ -148,6 +149,9 @@ def dify_error_response(err: ApiError) -> JSONResponse:
     return JSONResponse({"error_code": err.dify_code, "error_msg": err.detail}, status_code=err.status)
 
 
+_KNOWLEDGE = "The knowledge base, when the server serves several (`GET /facets` lists them)."
+
+
 class LookupRequest(BaseModel):
     """The body of `POST /lookup`."""
 
@@ -164,6 +168,7 @@ class LookupRequest(BaseModel):
     )
     max_chars: int | None = Field(default=None, ge=200, description="The most characters of evidence to return.")
     cursor: str | None = Field(default=None, description="A previous result's `cursor`: that lookup's next blocks.")
+    knowledge: str | None = Field(default=None, description=_KNOWLEDGE)
 
 
 class ReadEvidenceRequest(BaseModel):
@@ -176,6 +181,7 @@ class ReadEvidenceRequest(BaseModel):
     after: int = Field(default=1, ge=0, le=10, description="Neighbouring chunks after it.")
     max_chars: int | None = Field(default=None, ge=200, description="The most characters to return.")
     session_id: str | None = None
+    knowledge: str | None = Field(default=None, description=_KNOWLEDGE)
 
 
 class ReadDocumentRequest(BaseModel):
@@ -187,6 +193,7 @@ class ReadDocumentRequest(BaseModel):
     section: str | None = Field(default=None, description="A heading path or heading; the whole document without.")
     max_chars: int | None = Field(default=None, ge=200, description="The most characters to return.")
     session_id: str | None = None
+    knowledge: str | None = Field(default=None, description=_KNOWLEDGE)
 
 
 class ErrorBody(BaseModel):
@@ -418,25 +425,36 @@ def _guarded(handle: Callable[[Request], Awaitable[Response]], on_error: Callabl
     return endpoint
 
 
+def _picked(catalog: Catalog, name: str | None) -> KnowledgeService:
+    try:
+        return catalog.pick(name)
+    except UnknownKnowledgeError as err:
+        raise ApiError(404, "unknown_knowledge", str(err)) from None
+
+
 def rest_routes(
-    service: KnowledgeService, security: TransportSecuritySettings, token: str | None = None
+    service: KnowledgeService | Catalog, security: TransportSecuritySettings, token: str | None = None
 ) -> list[Route]:
     """
     The REST routes, to serve beside `/mcp` (`pipelines.entrypoints.mcp_server.http_app`) or on their own.
 
-    :param service: The loaded pipeline's service.
+    :param service: The loaded pipeline's service, or the catalog of several knowledge bases (then `/lookup` and the
+        reads take `knowledge`, `/facets` lists them all without `?knowledge=`, `/health` answers for each, Dify's
+        `knowledge_id` is a knowledge base's name).
     :param security: Allowed Host and Origin headers (the MCP endpoint's).
     :param token: The bearer token: `/retrieval` checks it (the others rely on `BearerTokenMiddleware`).
     :returns: `/lookup`, `/retrieval`, `/health`, `/facets`, `/read_evidence`, `/read_document` and `/openapi.json`.
     """
     check_host = HostCheck(security)
+    catalog = service if isinstance(service, Catalog) else Catalog(service)
 
     async def lookup_route(request: Request) -> Response:
         await check_host(request)
         payload = parse_body(LookupRequest, await read_json(request))
+        chosen = _picked(catalog, payload.knowledge)
         result = await run_in_threadpool(
             functools.partial(
-                service.lookup,
+                chosen.lookup,
                 payload.query,
                 payload.session_id,
                 filters=payload.filters,
@@ -448,13 +466,17 @@ def rest_routes(
 
     async def facets_route(request: Request) -> Response:
         await check_host(request)
-        return JSONResponse(await run_in_threadpool(service.facets))
+        name = request.query_params.get("knowledge")
+        if catalog.several and not name:
+            every = [await run_in_threadpool(s.facets) for s in catalog]
+            return JSONResponse({"knowledgeBases": every})
+        return JSONResponse(await run_in_threadpool(_picked(catalog, name).facets))
 
     async def read_evidence_route(request: Request) -> Response:
         await check_host(request)
         payload = parse_body(ReadEvidenceRequest, await read_json(request))
         read = functools.partial(
-            service.read_evidence,
+            _picked(catalog, payload.knowledge).read_evidence,
             payload.citation,
             payload.before,
             payload.after,
@@ -468,7 +490,11 @@ def rest_routes(
         await check_host(request)
         payload = parse_body(ReadDocumentRequest, await read_json(request))
         read = functools.partial(
-            service.read_document, payload.source, payload.section, payload.max_chars, session_id=payload.session_id
+            _picked(catalog, payload.knowledge).read_document,
+            payload.source,
+            payload.section,
+            payload.max_chars,
+            session_id=payload.session_id,
         )
         body = await run_in_threadpool(read)
         return JSONResponse(body, status_code=READ_STATUS.get(body["status"], 200))
@@ -477,21 +503,22 @@ def rest_routes(
         await check_host(request)
         retrieval_auth(authorization_header(request.headers.raw), token)
         payload = parse_body(RetrievalRequest, await read_json(request))
-        if payload.knowledge_id not in service.knowledge_ids():
+        chosen = catalog.for_knowledge_id(payload.knowledge_id)
+        if chosen is None:
             raise dify_error(2001)
-        declared = await run_in_threadpool(service.filter_keys)
+        declared = await run_in_threadpool(chosen.filter_keys)
         try:
             metadata_filter = compile_filter(payload.metadata_condition, declared)
         except ValueError as err:
             raise dify_error(4001, f"invalid request: {err}") from None
-        documents = await run_in_threadpool(service.documents)
+        documents = await run_in_threadpool(chosen.documents)
         filters = None
         if metadata_filter.on_documents:  # search within the matching documents, not only filter what comes back
             sources = matching_sources(metadata_filter, documents)
             if not sources:
                 return JSONResponse({"records": []})
             filters = {"source": sources}
-        lookup = functools.partial(service.lookup, payload.query, None, filters=filters)
+        lookup = functools.partial(chosen.lookup, payload.query, None, filters=filters)
         result = await run_in_threadpool(lookup)
         status = LOOKUP_STATUS.get(str(result.get("evidenceStatus")))
         if status is not None:  # rejected (4221) or failed (5031): recorded, and an error for Dify
@@ -502,12 +529,20 @@ def rest_routes(
 
     async def health_route(request: Request) -> Response:
         await check_host(request)
-        try:
-            health = await run_in_threadpool(service.health)
-        except Exception as err:  # a health check that fails is an unhealthy server, not a crashed route
-            logger.exception("Health check failed: {error}", error=err)
-            health = {"status": "error", "error": " ".join(f"health check failed: {type(err).__name__}: {err}".split())}
-        return JSONResponse(health, status_code=200 if health["status"] == "ok" else 503)
+        checks = {}
+        for name, known in catalog.services.items():
+            try:
+                checks[name] = await run_in_threadpool(known.health)
+            except Exception as err:  # a health check that fails is an unhealthy server, not a crashed route
+                logger.exception("Health check failed: {error}", error=err)
+                reason = " ".join(f"health check failed: {type(err).__name__}: {err}".split())
+                checks[name] = {"status": "error", "error": reason}
+        healthy = all(check["status"] == "ok" for check in checks.values())
+        if catalog.several:
+            body = {"status": "ok" if healthy else "unavailable", "knowledgeBases": checks}
+        else:
+            body = next(iter(checks.values()))
+        return JSONResponse(body, status_code=200 if healthy else 503)
 
     async def openapi_route(request: Request) -> Response:
         await check_host(request)

@@ -281,6 +281,7 @@ class TestRestApi:
             "filters",
             "max_chars",
             "cursor",
+            "knowledge",
         }
         schemas = document["components"]["schemas"]
         assert schemas["LookupRequest"]["required"] == ["query"]
