@@ -274,14 +274,18 @@ class KnowledgeService:
     ) -> dict[str, Any]:
         started_at = time.time()
         try:
-            with self._index_lock:
-                index, _ = self._index.get()
-            out = read(index)
-        except ValueError as err:
-            out = model(found=False, status="invalid_request", message=str(err))
-        except Exception as err:  # the store did not answer: an error result, recorded, never a dead server
+            index = self._current()
+        except Exception as err:  # a damaged index file is the server's failure, not the caller's request
             logger.warning("{tool} failed: {error}", tool=tool, error=_one_line(err))
             out = model(found=False, status="error", message=f"The read failed: {_one_line(err)}")
+        else:
+            try:
+                out = read(index)
+            except ValueError as err:
+                out = model(found=False, status="invalid_request", message=str(err))
+            except Exception as err:  # the store did not answer: an error result, recorded, never a dead server
+                logger.warning("{tool} failed: {error}", tool=tool, error=_one_line(err))
+                out = model(found=False, status="error", message=f"The read failed: {_one_line(err)}")
         details = {
             "read": {
                 "status": out.status,
@@ -330,9 +334,7 @@ class KnowledgeService:
         """
         :returns: The keys `filters` accepts on this knowledge base (built-in and declared filterable fields).
         """
-        with self._index_lock:
-            index, _ = self._index.get()
-        return DocumentFilterResolver.filterable_keys(index)
+        return DocumentFilterResolver.filterable_keys(self._current())
 
     def tool_description(self) -> str:
         """
@@ -345,8 +347,7 @@ class KnowledgeService:
         configured = (self.pipeline.metadata or {}).get("tool_description")
         if isinstance(configured, str) and configured.strip():
             return configured.strip()
-        with self._index_lock:
-            index, _ = self._index.get()
+        index = self._current()
         categories = Counter(d.category for d in index.documents if d.category)
         scope = "the knowledge base"
         if index.documents:
@@ -389,8 +390,12 @@ class KnowledgeService:
         """
         :returns: The indexed documents by source (read again after a re-index).
         """
+        return self._current().by_source()
+
+    def _current(self) -> KnowledgeIndex:
+        """The knowledge index as last written (read again after a re-index)."""
         with self._index_lock:
-            return self._index.get()[0].by_source()
+            return self._index.get()[0]
 
     def _indexed(self) -> tuple[int, int, str | None]:
         """The knowledge index file's documents and signature, or why it cannot be read (health never raises)."""

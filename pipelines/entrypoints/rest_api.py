@@ -467,37 +467,36 @@ def rest_routes(
     async def facets_route(request: Request) -> Response:
         await check_host(request)
         name = request.query_params.get("knowledge")
-        if catalog.several and not name:
-            every = [await run_in_threadpool(s.facets) for s in catalog]
-            return JSONResponse({"knowledgeBases": every})
-        return JSONResponse(await run_in_threadpool(_picked(catalog, name).facets))
+        chosen = list(catalog) if catalog.several and not name else [_picked(catalog, name)]
+        try:
+            every = [await run_in_threadpool(known.facets) for known in chosen]
+        except Exception as err:  # an unreadable knowledge index: unavailable, with the reason, as /health says
+            raise ApiError(503, "unavailable", _one_line(err)) from None
+        return JSONResponse({"knowledgeBases": every} if catalog.several and not name else every[0])
+
+    async def answer_read(read: Callable[[], dict[str, Any]]) -> Response:
+        body = await run_in_threadpool(read)
+        return JSONResponse(body, status_code=READ_STATUS.get(body["status"], 200))
 
     async def read_evidence_route(request: Request) -> Response:
         await check_host(request)
         payload = parse_body(ReadEvidenceRequest, await read_json(request))
-        read = functools.partial(
-            _picked(catalog, payload.knowledge).read_evidence,
-            payload.citation,
-            payload.before,
-            payload.after,
-            payload.max_chars,
-            session_id=payload.session_id,
+        chosen = _picked(catalog, payload.knowledge)
+        return await answer_read(
+            lambda: chosen.read_evidence(
+                payload.citation, payload.before, payload.after, payload.max_chars, session_id=payload.session_id
+            )
         )
-        body = await run_in_threadpool(read)
-        return JSONResponse(body, status_code=READ_STATUS.get(body["status"], 200))
 
     async def read_document_route(request: Request) -> Response:
         await check_host(request)
         payload = parse_body(ReadDocumentRequest, await read_json(request))
-        read = functools.partial(
-            _picked(catalog, payload.knowledge).read_document,
-            payload.source,
-            payload.section,
-            payload.max_chars,
-            session_id=payload.session_id,
+        chosen = _picked(catalog, payload.knowledge)
+        return await answer_read(
+            lambda: chosen.read_document(
+                payload.source, payload.section, payload.max_chars, session_id=payload.session_id
+            )
         )
-        body = await run_in_threadpool(read)
-        return JSONResponse(body, status_code=READ_STATUS.get(body["status"], 200))
 
     async def retrieval_route(request: Request) -> Response:
         await check_host(request)

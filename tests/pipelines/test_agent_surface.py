@@ -231,6 +231,24 @@ class TestFacetsAndReads:
         finally:
             indexer.close()
 
+    def test_a_damaged_knowledge_index_is_an_error_of_the_server_not_of_the_request(self, tmp_path):
+        data = tmp_path / "data"
+        indexer = KnowledgeIndexer(Deployment.resolve(data))
+        try:
+            indexer.index(write_tiny_kb(tmp_path / "knowledge"), progress=False)
+        finally:
+            indexer.close()
+        service = KnowledgeService.load(data_dir=data)
+        try:
+            citation = service.lookup("disk usage above 90 percent on a node")["evidenceBlocks"][0]["citation"]
+            (data / "knowledge_index.json").write_text("{damaged", encoding="utf-8")
+            for read in (service.read_evidence(citation), service.read_document("alerts/disk.md")):
+                assert read["status"] == "error" and "is damaged" in read["message"] and read["traceId"]
+            with pytest.raises(ValueError, match="is damaged"):
+                service.facets()
+        finally:
+            service.close()
+
 
 class TestToolNameAndDescription:
     def test_the_description_names_the_knowledge_base(self, service):

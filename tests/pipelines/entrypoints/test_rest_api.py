@@ -156,6 +156,12 @@ class FakeService:
     def filter_keys(self) -> list[str]:
         return [*BUILT_IN_FILTER_KEYS, "severity"]
 
+    def facets(self) -> dict[str, Any]:
+        if not self.healthy:
+            msg = "the knowledge index data/knowledge_index.json is damaged"
+            raise ValueError(msg)
+        return {"knowledge": "lookup-knowledge", "documents": len(DOCUMENTS)}
+
     def knowledge_ids(self) -> set[str]:
         return {"lookup-knowledge", "knowledge_chunks"}
 
@@ -256,6 +262,13 @@ class TestRestApi:
         response = client.get("/health")
         assert response.status_code == 503 and response.json()["storeReachable"] is False
         assert service.calls == []  # health never runs a lookup
+
+    def test_facets_of_an_unreadable_index_are_a_503_with_the_reason(self, service, client):
+        assert client.get("/facets").json()["documents"] == 3
+        service.healthy = False
+        response = client.get("/facets")
+        assert response.status_code == 503 and response.json()["error"] == "unavailable"
+        assert "is damaged" in response.json()["detail"]
 
     def test_unknown_paths_and_methods_are_json_too(self, client):
         missing = client.get("/nothing")
