@@ -72,11 +72,12 @@ def _add_input(
     """Address an optional argument to the one node of a type; an argument the pipeline has no node for is refused."""
     if value is None:
         return
-    names = [name for name, comp in pipeline.walk() if isinstance(comp, cls)]
-    if len(names) != 1:
-        msg = f"this lookup pipeline cannot take `{argument}`: it needs exactly one {cls.__name__}, it has {names}"
-        raise ValueError(msg)
-    inputs.setdefault(names[0], {})[socket] = value
+    try:
+        name, _ = node_of_type(pipeline, cls)
+    except ValueError as err:
+        msg = f"this lookup pipeline cannot take `{argument}`: {err}"
+        raise ValueError(msg) from None
+    inputs.setdefault(name, {})[socket] = value
 
 
 def lookup_inputs(
