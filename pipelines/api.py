@@ -19,9 +19,11 @@ from haystack import Pipeline, tracing
 from components.evidence.context_packer import ContextPacker
 from components.evidence.session_evidence_filter import SessionEvidenceFilter
 from components.query.document_filter_resolver import DocumentFilterResolver
+from components.query.l0_hint_provider import L0HintProvider
 from components.query.query_transformer import QueryTransformer
 from components.trace.session_key import normalize_session_id
 from components.trace.trace_recorder import TraceRecorder
+from pipelines.access import ANONYMOUS, Principal
 from pipelines.loading import load_pipeline_file, node_of_type
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, Deployment
 from pipelines.spans import enable_spans_from_env
@@ -80,6 +82,22 @@ def _add_input(
     inputs.setdefault(name, {})[socket] = value
 
 
+def _add_caller(inputs: dict[str, dict[str, Any]], pipeline: Pipeline, principal: Principal) -> None:
+    """Address who is calling to the nodes that act on it, those of them the pipeline has (the service refuses a
+    pipeline without a `DocumentFilterResolver` on a knowledge base with restricted pages)."""
+    for cls, socket, value in (
+        (DocumentFilterResolver, "groups", list(principal.groups)),
+        (L0HintProvider, "groups", list(principal.groups)),
+        (SessionEvidenceFilter, "principal", principal.name),
+        (TraceRecorder, "principal", principal.name),
+    ):
+        try:
+            name, _ = node_of_type(pipeline, cls)
+        except ValueError:  # no such node (a trimmed pipeline): nothing of this to act on
+            continue
+        inputs.setdefault(name, {})[socket] = value
+
+
 def lookup_inputs(
     pipeline: Pipeline,
     query: Any,
@@ -88,6 +106,7 @@ def lookup_inputs(
     filters: Mapping[str, Any] | None = None,
     max_chars: int | None = None,
     exclude: list[str] | None = None,
+    principal: Principal | None = None,
 ) -> dict[str, dict[str, Any]]:
     """
     The `Pipeline.run` inputs of one lookup, addressed to the pipeline's own node names.
@@ -98,6 +117,8 @@ def lookup_inputs(
     :param filters: The caller's explicit filters, for the `DocumentFilterResolver`.
     :param max_chars: The caller's character budget, for the `ContextPacker`.
     :param exclude: Evidence keys earlier pages delivered (a cursor's), for the `SessionEvidenceFilter`.
+    :param principal: Who is calling (default `ANONYMOUS`: public pages only): its groups for the
+        `DocumentFilterResolver` and the `L0HintProvider`, its name for the `SessionEvidenceFilter` and the recorder.
     :returns: The inputs.
     :raises ValueError: If the pipeline lacks a `QueryTransformer` or a `TraceRecorder`, or the node an optional
         argument goes to.
@@ -111,6 +132,7 @@ def lookup_inputs(
     _add_input(inputs, pipeline, DocumentFilterResolver, "filters", dict(filters) if filters else None, "filters")
     _add_input(inputs, pipeline, ContextPacker, "char_budget", max_chars, "max_chars")
     _add_input(inputs, pipeline, SessionEvidenceFilter, "exclude", list(exclude) if exclude else None, "cursor")
+    _add_caller(inputs, pipeline, principal or ANONYMOUS)
     return inputs
 
 
@@ -135,6 +157,7 @@ def lookup(
     filters: Mapping[str, Any] | None = None,
     max_chars: int | None = None,
     exclude: list[str] | None = None,
+    principal: Principal | None = None,
 ) -> dict[str, Any]:
     """
     Run one `lookup_knowledge` call through a loaded pipeline; every call leaves exactly one trace row.
@@ -151,9 +174,12 @@ def lookup(
     :param filters: Explicit filters (`category`, `tags`, `source_prefix`, `updated_after`, declared fields): strict.
     :param max_chars: The character budget of the evidence (capped by the packer's `max_char_budget`).
     :param exclude: Evidence keys not to return again (what a cursor's earlier pages delivered).
+    :param principal: Who is calling (default `ANONYMOUS`: public pages only; `pipelines.access`).
     :returns: The camelCase `LookupResult` JSON (with `traceId`).
     """
-    return lookup_with_details(pipeline, query, session_id, filters=filters, max_chars=max_chars, exclude=exclude)[0]
+    return lookup_with_details(
+        pipeline, query, session_id, filters=filters, max_chars=max_chars, exclude=exclude, principal=principal
+    )[0]
 
 
 def lookup_with_details(
@@ -164,6 +190,7 @@ def lookup_with_details(
     filters: Mapping[str, Any] | None = None,
     max_chars: int | None = None,
     exclude: list[str] | None = None,
+    principal: Principal | None = None,
 ) -> tuple[dict[str, Any], Mapping[str, Any]]:
     """
     `lookup`, also returning what the trace row records about the call (for measuring it: `eval`).
@@ -174,6 +201,7 @@ def lookup_with_details(
     :param filters: As for `lookup`.
     :param max_chars: As for `lookup`.
     :param exclude: As for `lookup`.
+    :param principal: As for `lookup`.
     :returns: The `LookupResult` JSON, and the snake_case `retrieval_details` recorded with it (L0 hints, the
         retrieval trace, the `ranking` the evidence gate judged, the sidecar's report, ...).
     """
@@ -184,11 +212,20 @@ def lookup_with_details(
         tracing.tracer.trace("lookup_knowledge", tags={"lookup_knowledge.tool": recorder.tool_name}) as span,
     ):
         try:
-            inputs = lookup_inputs(pipeline, query, session_id, filters=filters, max_chars=max_chars, exclude=exclude)
+            inputs = lookup_inputs(
+                pipeline,
+                query,
+                session_id,
+                filters=filters,
+                max_chars=max_chars,
+                exclude=exclude,
+                principal=principal,
+            )
             out = pipeline.run(inputs)[name]
             result, details = out["result"], out["details"]
         except Exception as err:  # the pipeline stopped before its recorder: the call is still recorded, once
-            result = recorder.record_failure(query, session_id, err, started_at=started_at)
+            who = (principal or ANONYMOUS).name
+            result = recorder.record_failure(query, session_id, err, started_at=started_at, principal=who)
             details = {"retrieval_layer": "none", "error": result.get("error")}
         span.set_tags(
             {"lookup_knowledge.trace_id": result.get("traceId"), "lookup_knowledge.status": result["evidenceStatus"]}

@@ -185,6 +185,7 @@ def indexed_document(meta: Mapping[str, Any], chunks: int) -> IndexedDocument:
         valid_from=str(meta.get("valid_from") or ""),
         valid_until=str(meta.get("valid_until") or ""),
         reviewed_at=str(meta.get("reviewed_at") or ""),
+        access=[str(g) for g in meta.get("access") or []],
         doc_version=str(meta["doc_version"]),
         chunks=chunks,
     )

@@ -127,14 +127,18 @@ def _top(counts: Counter[str], limit: int | None) -> list[FacetValue]:
     return [FacetValue(value=v, documents=n) for v, n in counts.most_common(limit) if v]
 
 
-def facets_of(index: KnowledgeIndex, knowledge: str, version: int, written: float | None) -> Facets:
+def facets_of(
+    index: KnowledgeIndex, knowledge: str, version: int, written: float | None, complete: bool = True
+) -> Facets:
     """
-    The knowledge base's facets, from its index.
+    The knowledge base's facets, from its index (or from the part of it one caller may read).
 
-    :param index: The knowledge index.
+    :param index: The knowledge index, or a caller's view of it (`KnowledgeIndex.readable_by`).
     :param knowledge: The knowledge base's name.
     :param version: The index file's signature.
     :param written: The index file's modification time (epoch seconds), or None.
+    :param complete: Whether `index` holds every document: the chunks per language are counted over the whole
+        collection, so a caller's view leaves them out rather than count pages it may not read.
     :returns: The facets.
     """
     docs = index.documents
@@ -155,7 +159,7 @@ def facets_of(index: KnowledgeIndex, knowledge: str, version: int, written: floa
         fields=fields,
         folders=[FacetValue.model_validate(v) for v in available_values(index, "source_prefix")],
         updated={"documents": len(days), "earliest": days[0] if days else None, "latest": days[-1] if days else None},
-        languages=dict(statistics.language_chunks) if statistics is not None else {},
+        languages=dict(statistics.language_chunks) if statistics is not None and complete else {},
         index_version=version,
         indexed_at=datetime.fromtimestamp(written, UTC).isoformat(timespec="seconds") if written else None,
     )

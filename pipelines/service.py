@@ -20,12 +20,14 @@ from haystack import Document, Pipeline, logging
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from components.core.access import reader_groups
 from components.core.cursor import Cursor
 from components.query.document_filter_resolver import DocumentFilterResolver
 from components.query.query_transformer import QueryTransformer
 from components.store.knowledge_collection import KnowledgeCollection
 from components.store.knowledge_index import CachedKnowledgeIndex, IndexedDocument, KnowledgeIndex
 from components.trace.trace_recorder import TraceRecorder
+from pipelines.access import ANONYMOUS, Principal
 from pipelines.api import load_pipeline, lookup
 from pipelines.entrypoints.dify_knowledge import DEFAULT_KNOWLEDGE_ID
 from pipelines.knowledge_reads import DocumentRead, EvidenceRead, facets_of, read_document, read_evidence
@@ -112,6 +114,7 @@ class KnowledgeService:
         self._query_node, _ = node_of_type(pipeline, QueryTransformer)
         self._recorder_node, self._recorder = node_of_type(pipeline, TraceRecorder)
         self.tool_name = self._recorder.tool_name
+        self._enforced = any(isinstance(node, DocumentFilterResolver) for _, node in pipeline.walk())
         #: the knowledge base's name (its collection's, unless a server serving several names it)
         self.name = ""
         deployment = deployment or Deployment.resolve()
@@ -161,6 +164,7 @@ class KnowledgeService:
         filters: dict[str, Any] | None = None,
         max_chars: Any = None,
         cursor: Any = None,
+        principal: Principal | None = None,
     ) -> dict[str, Any]:
         """
         One `lookup_knowledge` call (blocking; recorded; never raising).
@@ -172,33 +176,64 @@ class KnowledgeService:
             strict; filters that match nothing say so and name the values that exist.
         :param max_chars: The evidence's character budget (capped by configuration).
         :param cursor: A result's `cursor`: the next blocks of that lookup (its query and filters), none repeated.
+        :param principal: Who is calling (default `ANONYMOUS`: public pages only): only pages it may read are
+            searched, hinted at, remembered or named.
         :returns: The camelCase `LookupResult` JSON, with its `traceId`.
         """
         started_at = time.time()
+        caller = principal or ANONYMOUS
         try:
             query, filters, exclude = _paged(query, filters, cursor)
             if max_chars is not None and (isinstance(max_chars, bool) or not isinstance(max_chars, int)):
                 msg = f"max_chars must be a whole number of characters, not {max_chars!r}"
                 raise ValueError(msg)
+            self._check_enforced()
         except ValueError as err:
-            return self._recorder.record_rejection(query, session_id, str(err), started_at=started_at)
+            return self._recorder.record_rejection(
+                query, session_id, str(err), started_at=started_at, principal=caller.name
+            )
         return lookup(
-            self.pipeline, query, session_id=session_id, filters=filters, max_chars=max_chars, exclude=exclude
+            self.pipeline,
+            query,
+            session_id=session_id,
+            filters=filters,
+            max_chars=max_chars,
+            exclude=exclude,
+            principal=caller,
         )
 
-    def facets(self, session_id: str | None = None) -> dict[str, Any]:
+    def _check_enforced(self) -> None:
+        """Refuse to look up restricted pages with a pipeline that has no node enforcing access (fail closed)."""
+        if self._enforced:
+            return
+        try:
+            index = self._current()
+        except Exception:  # a damaged index: the lookup itself fails and records why
+            return
+        if index.restricted:
+            msg = (
+                "this knowledge base has pages restricted by `access`, and this lookup pipeline has no "
+                "DocumentFilterResolver to enforce it: add the node (see pipelines.yaml)"
+            )
+            raise ValueError(msg)
+
+    def facets(self, session_id: str | None = None, principal: Principal | None = None) -> dict[str, Any]:
         """
         `list_facets`: what a caller may filter on (with document counts and sample values) and what is indexed.
 
         :param session_id: The caller's session (recorded with the call).
+        :param principal: Who is calling (default `ANONYMOUS`): the facets count only the pages it may read.
         :returns: The `Facets` JSON (camelCase).
         """
         started_at = time.time()
+        caller = principal or ANONYMOUS
         with self._index_lock:
             index, _ = self._index.get()
             version = self._index.signature()
         written = self._index.path.stat().st_mtime if version else None
-        body = facets_of(index, self.name or self.collection_name, version, written).model_dump(by_alias=True)
+        visible = index.readable_by(reader_groups(caller.groups))
+        facets = facets_of(visible, self.name or self.collection_name, version, written, complete=visible is index)
+        body = facets.model_dump(by_alias=True)
         details = {"documents": body["documents"], "index_version": version}
         self._record(
             "list_facets",
@@ -208,6 +243,7 @@ class KnowledgeService:
             details,
             found=bool(body["documents"]),
             started_at=started_at,
+            principal=caller,
         )
         return body
 
@@ -218,6 +254,7 @@ class KnowledgeService:
         after: Any = 1,
         max_chars: Any = None,
         session_id: str | None = None,
+        principal: Principal | None = None,
     ) -> dict[str, Any]:
         """
         `read_evidence`: the chunk a citation names, with its neighbours (recorded; never raising).
@@ -227,6 +264,8 @@ class KnowledgeService:
         :param after: Neighbouring chunks after it (default 1).
         :param max_chars: The read's character budget.
         :param session_id: The caller's session.
+        :param principal: Who is calling (default `ANONYMOUS`): a page it may not read is `not_found`, as a page that
+            does not exist is.
         :returns: The `EvidenceRead` JSON: `invalid_request` for a citation that is none, `not_found` for a document
             no longer indexed, `changed` when the document changed since the citation was returned.
         """
@@ -237,10 +276,16 @@ class KnowledgeService:
             session_id,
             EvidenceRead,
             lambda index: read_evidence(index, self._fetch, citation, before, after, max_chars),
+            principal or ANONYMOUS,
         )
 
     def read_document(
-        self, source: Any, section: Any = None, max_chars: Any = None, session_id: str | None = None
+        self,
+        source: Any,
+        section: Any = None,
+        max_chars: Any = None,
+        session_id: str | None = None,
+        principal: Principal | None = None,
     ) -> dict[str, Any]:
         """
         `read_document`: a document, or one section of it, in order (recorded; never raising).
@@ -249,6 +294,7 @@ class KnowledgeService:
         :param section: A heading path or heading; None for the whole document.
         :param max_chars: The read's character budget.
         :param session_id: The caller's session.
+        :param principal: Who is calling (default `ANONYMOUS`): a page it may not read is `not_found`.
         :returns: The `DocumentRead` JSON (with the document's `sections`).
         """
         request = f"{source}" + (f" > {section}" if section else "")
@@ -258,6 +304,7 @@ class KnowledgeService:
             session_id,
             DocumentRead,
             lambda index: read_document(index, self._fetch, source, section, max_chars),
+            principal or ANONYMOUS,
         )
 
     def _fetch(self, ids: list[str]) -> list[Document]:
@@ -271,10 +318,13 @@ class KnowledgeService:
         session_id: str | None,
         model: type[EvidenceRead] | type[DocumentRead],
         read: Callable[[KnowledgeIndex], EvidenceRead | DocumentRead],
+        caller: Principal,
     ) -> dict[str, Any]:
         started_at = time.time()
         try:
-            index = self._current()
+            # the pages the caller may not read are not in its index: reading one is `not_found`, as a page that does
+            # not exist is (nothing tells it the page is there)
+            index = self._current().readable_by(reader_groups(caller.groups))
         except Exception as err:  # a damaged index file is the server's failure, not the caller's request
             logger.warning("{tool} failed: {error}", tool=tool, error=_one_line(err))
             out = model(found=False, status="error", message=f"The read failed: {_one_line(err)}")
@@ -297,7 +347,15 @@ class KnowledgeService:
         }
         error = out.message if out.status in ("invalid_request", "error") else None
         trace_id, trace_error = self._record(
-            tool, request, session_id, out.status, details, found=out.found, error=error, started_at=started_at
+            tool,
+            request,
+            session_id,
+            out.status,
+            details,
+            found=out.found,
+            error=error,
+            started_at=started_at,
+            principal=caller,
         )
         return out.model_copy(update={"trace_id": trace_id, "trace_error": trace_error}).model_dump(by_alias=True)
 
@@ -312,9 +370,18 @@ class KnowledgeService:
         found: bool,
         error: str | None = None,
         started_at: float | None = None,
+        principal: Principal = ANONYMOUS,
     ) -> tuple[int | None, str | None]:
         return self._recorder.record_call(
-            tool, request, session_id, status, details, found=found, error=error, started_at=started_at
+            tool,
+            request,
+            session_id,
+            status,
+            details,
+            found=found,
+            error=error,
+            started_at=started_at,
+            principal=principal.name,
         )
 
     def name_tool(self, name: str) -> None:
@@ -347,14 +414,17 @@ class KnowledgeService:
         configured = (self.pipeline.metadata or {}).get("tool_description")
         if isinstance(configured, str) and configured.strip():
             return configured.strip()
-        index = self._current()
+        # one description for every caller of the tool: what an anonymous caller may read
+        whole = self._current()
+        index = whole.readable_by(reader_groups(ANONYMOUS.groups))
         categories = Counter(d.category for d in index.documents if d.category)
         scope = "the knowledge base"
         if index.documents:
             top = ", ".join(name for name, _ in categories.most_common(DESCRIBED_CATEGORIES))
             more = ", …" if len(categories) > DESCRIBED_CATEGORIES else ""
             scope = f"the knowledge base of {len(index.documents)} documents" + (f" on {top}{more}" if top else "")
-        languages = index.statistics.language_chunks if index.statistics is not None else {}
+        # chunks per language are counted over the whole collection: named only when the caller reads all of it
+        languages = whole.statistics.language_chunks if whole.statistics is not None and index is whole else {}
         ordered = sorted(languages, key=lambda code: -languages[code])
         return tool_description(scope, DocumentFilterResolver.filterable_keys(index), ordered)
 
@@ -386,11 +456,12 @@ class KnowledgeService:
         """
         return {DEFAULT_KNOWLEDGE_ID, self.collection_name, *([self.name] if self.name else [])}
 
-    def documents(self) -> dict[str, IndexedDocument]:
+    def documents(self, principal: Principal | None = None) -> dict[str, IndexedDocument]:
         """
+        :param principal: Who is asking (default `ANONYMOUS`): only the documents it may read.
         :returns: The indexed documents by source (read again after a re-index).
         """
-        return self._current().by_source()
+        return self._current().readable_by(reader_groups((principal or ANONYMOUS).groups)).by_source()
 
     def _current(self) -> KnowledgeIndex:
         """The knowledge index as last written (read again after a re-index)."""

@@ -51,7 +51,16 @@ the search strictly to documents whose fields match: {filter_keys}; list_facets 
 (optional) bounds the evidence characters. Every call is recorded; `traceId` identifies the record."""
 
 #: the filter keys every knowledge base has
-BUILT_IN_FILTER_KEYS = ("category", "tags", "keywords", "source", "source_prefix", "updated_after", "status")
+BUILT_IN_FILTER_KEYS = (
+    "category",
+    "tags",
+    "keywords",
+    "source",
+    "source_prefix",
+    "updated_after",
+    "status",
+    "access",
+)
 
 
 def tool_description(
@@ -102,6 +111,8 @@ def filters_schema(filter_keys: Sequence[str] = BUILT_IN_FILTER_KEYS) -> dict[st
         "keywords": "The same as tags.",
         "status": "The page's status (current, draft, deprecated, superseded, archived): drafts and archived pages "
         "are searched only when asked for.",
+        "access": "A group the document is restricted to (front matter `access`): only documents the caller may read "
+        "are ever searched; public documents have none.",
     }
     properties = {
         key: special.get(key) or {**_FILTER_VALUE, "description": described.get(key, f"The document's {key}.")}

@@ -54,6 +54,11 @@ SERVER_TOKEN = Variable(
     "unset: HTTP on loopback only",
     "the bearer token `serve --transport http` requires of every request (a Haystack `Secret`)",
 )
+PRINCIPALS = Variable(
+    "LOOKUP_KNOWLEDGE_PRINCIPALS",
+    "`principals.yaml` in the data folder",
+    "the principals file: who may read what, and the hashes of their bearer tokens (`lookup-knowledge principal`)",
+)
 PIPELINE = Variable("LOOKUP_KNOWLEDGE_PIPELINE", "the shipped `pipelines.yaml`", "hayhooks: the lookup pipeline YAML")
 SPANS = Variable("LOOKUP_KNOWLEDGE_SPANS", "off", "`1`: each lookup is an OpenTelemetry span (the `otel` extra)")
 LITE_LINGER = Variable(
@@ -86,6 +91,7 @@ ALL = (
     TRACE_DB_URL,
     TRACE_DB_PASSWORD,
     SERVER_TOKEN,
+    PRINCIPALS,
     PIPELINE,
     SPANS,
     LITE_LINGER,

@@ -133,3 +133,5 @@ class FrozenDict(Mapping[str, Any]):
 Documents = list[Document] | FrozenList[Document]
 #: what they take where a trace or result dict comes in
 Record = dict[str, Any] | FrozenDict
+#: what they take where a list of strings (chunk ids, say) comes in
+Strings = list[str] | FrozenList[str]

@@ -19,11 +19,13 @@ class SessionEvidenceFilter:
     Holds back evidence already returned earlier in the same session, so an agent never consumes it twice.
 
     The memory is the trace store itself: the evidence keys of earlier `found` lookups of the session, matched by the
-    digest of the whole normalized session id (two sessions never share memory, however long their ids). Without a
-    `session_id` nothing is held back. If the trace database cannot be read within `timeout_s` (a stopped server is
-    not waited for), only what the spool (and rows waiting in memory) remember is held back and the summary says why
-    (better a repeat than a lost answer); a spooled row of the wrong shape is skipped, never an error. Blocks whose
-    key is in `exclude` (what a cursor's earlier pages returned) are held back too, with or without a session.
+    digest of the whole normalized session id and the caller's principal (two sessions never share memory, however
+    long their ids, and neither do two principals' sessions of one id, nor a principal's and an anonymous caller's).
+    Without a `session_id` nothing is held back. If the trace database cannot be read within `timeout_s` (a stopped
+    server is not waited for), only what the spool (and rows waiting in memory) remember is held back and the summary
+    says why (better a repeat than a lost answer); a spooled row of the wrong shape is skipped, never an error.
+    Blocks whose key is in `exclude` (what a cursor's earlier pages returned) are held back too, with or without a
+    session.
 
     ### Usage example
 
@@ -74,7 +76,11 @@ class SessionEvidenceFilter:
 
     @component.output_types(documents=FrozenList[Document], session_summary=dict[str, Any])
     def run(
-        self, documents: Documents, session_id: str | None = None, exclude: list[str] | None = None
+        self,
+        documents: Documents,
+        session_id: str | None = None,
+        exclude: list[str] | None = None,
+        principal: str | None = None,
     ) -> dict[str, Any]:
         """
         Drop blocks whose evidence key was already returned in the session, or on earlier pages of the same lookup.
@@ -82,6 +88,8 @@ class SessionEvidenceFilter:
         :param documents: Final evidence blocks (a list or a `FrozenList`).
         :param session_id: The caller's session; empty means no session dedup.
         :param exclude: Evidence keys the caller already has from earlier pages of this lookup (its `cursor`).
+        :param principal: The caller's principal name (None or empty: an anonymous caller): only what was returned
+            to this principal in this session is held back.
         :returns: `documents` (the new blocks, a read-only `FrozenList`) and `session_summary` (`session_id`,
             `previously_returned`, `suppressed` keys, `paged`: the keys `exclude` held back, `excluded`: `exclude`
             itself, `error`).
@@ -95,7 +103,7 @@ class SessionEvidenceFilter:
             documents = [d for d in documents if d.meta.get("evidence_key") not in held]
         if not session_id or not documents:
             return {"documents": FrozenList(documents), "session_summary": summary}
-        seen, error = self._store.session_memory(session_id)
+        seen, error = self._store.session_memory(session_id, principal)
         if error:
             logger.warning("Session memory partial: {error}", error=error)
             summary["error"] = f"session memory partial (rows waiting in the spool only): {error}"

@@ -7,7 +7,7 @@ from typing import Any
 from haystack import Document, component, default_from_dict, default_to_dict, logging
 
 from components.core.citation import chunk_ids
-from components.core.frozen import Documents, FrozenDict, FrozenList
+from components.core.frozen import Documents, FrozenDict, FrozenList, Strings
 from components.core.query_vector import QueryVector, as_list
 from components.core.scores import evidence_key
 from components.store.knowledge_collection import KnowledgeCollection
@@ -126,14 +126,21 @@ class SupersessionResolver:
             self._pages_of = (index, index.by_source(), {d.doc_id: d for d in index.documents})
         return self._pages_of[1], self._pages_of[2]
 
-    def _successor(self, doc: IndexedDocument, index: KnowledgeIndex, today: str) -> IndexedDocument | None:
-        """The current page replacing `doc`, following `superseded_by` links; None when none is indexed."""
+    def _successor(
+        self, doc: IndexedDocument, index: KnowledgeIndex, today: str, hidden: Strings
+    ) -> IndexedDocument | None:
+        """
+        The current page replacing `doc`, following `superseded_by` links; None when none is indexed, or when it is
+        hidden from this lookup (its first chunk in `hidden`: a draft, or a page the caller may not read).
+        """
         by_source, by_id = self._pages(index)
         current, seen = doc, {doc.source}
         for _ in range(MAX_HOPS):
             link = current.superseded_by
             nxt = by_id.get(link) or by_source.get(link) or by_source.get(link.removeprefix("./"))
             if nxt is None or nxt.source in seen or nxt.status in UNUSABLE_STATUSES or not nxt.chunks:
+                return None
+            if hidden and chunk_ids(nxt.source, nxt.doc_version, 1)[0] in hidden:
                 return None
             if not _retirement(nxt, today):
                 return nxt
@@ -172,13 +179,20 @@ class SupersessionResolver:
         return reviewed if age > self.review_age_days else ""
 
     @component.output_types(documents=FrozenList[Document], lifecycle=FrozenDict)
-    def run(self, documents: Documents, query_embedding: list[float] | QueryVector | None = None) -> dict[str, Any]:
+    def run(
+        self,
+        documents: Documents,
+        query_embedding: list[float] | QueryVector | None = None,
+        hidden: Strings | None = None,
+    ) -> dict[str, Any]:
         """
         Resolve the evidence's pages to the current ones.
 
         :param documents: The evidence blocks (the gate's), in rank order.
         :param query_embedding: The query vector, to choose a successor's chunk (without one, retired blocks are kept
             and marked).
+        :param hidden: The chunks this lookup may not return (`DocumentFilterResolver`'s: drafts, pages the caller may
+            not read): a successor among them is no successor, and is never named.
         :returns: `documents` (copies, in rank order) and `lifecycle`: `replaced` (`{"old", "by"}` sources), `dropped`
             (retired blocks whose successor was evidence already), `superseded` (retired pages kept: no successor
             indexed), `stale` (`{"source", "reviewed"}`).
@@ -191,6 +205,7 @@ class SupersessionResolver:
         today = date.today()
         vector = as_list(query_embedding) if query_embedding is not None and len(query_embedding) else None
         present = {str(d.meta.get("source")) for d in documents}
+        withheld = hidden or []  # read only for a retired page's successor: no set is made on every lookup
         out: list[Document] = []
         placed: set[str] = set()
         for doc in documents:
@@ -199,7 +214,7 @@ class SupersessionResolver:
             if page is None or not reason:
                 out.append(self._reviewed(doc, page, today, summary))
                 continue
-            successor = self._successor(page, index, today.isoformat())
+            successor = self._successor(page, index, today.isoformat(), withheld)
             if successor is not None and successor.source in present:
                 summary["dropped"].append({"old": page.source, "by": successor.source})
                 continue

@@ -8,6 +8,7 @@ from typing import Any
 
 from haystack import Document, component, logging
 
+from components.core.access import ALL_GROUPS, access_groups
 from components.core.file_version import file_version
 from components.core.frontmatter import day_of
 from components.core.markdown_text import first_heading
@@ -20,6 +21,7 @@ DEFAULT_KEYWORD_FIELDS = ["keywords", "tags"]
 DEFAULT_DESCRIPTION_FIELDS = ["description", "summary"]
 DEFAULT_PLAIN_TEXT_TYPES = ["text/plain", "application/pdf"]
 DEFAULT_UPDATED_FIELDS = ["updated", "lastmod", "last_modified", "last_updated", "date"]
+DEFAULT_ACCESS_FIELDS = ["access"]
 
 
 def _first_text(value: Any) -> str:
@@ -77,10 +79,12 @@ class KnowledgeMetadata:
     `folder_category` is on), `keywords` (from `keyword_fields`, merged), `entities`, `description` (the first of
     `description_fields`), `updated` (the first of `updated_fields` that holds a date, as `YYYY-MM-DD`), `fields` (the
     values of the `filterable_fields` a page sets, each a list of strings: what lookups may filter on), its life
-    (`status` casefolded, `superseded_by`, and `valid_from`, `valid_until`, `reviewed_at` as days), `markup` (`text` for
-    the MIME types in `plain_text_types`, where a `#` line is no heading; else `markdown`) and `doc_version`. A document
-    left without text (a section page of front matter only) is indexed from its description; without one it is reported
-    in `skipped` with the reason, never as a failure.
+    (`status` casefolded, `superseded_by`, and `valid_from`, `valid_until`, `reviewed_at` as days), `access` (the
+    groups that may read it, from the first of `access_fields` the page sets, casefolded; none: public; a field naming
+    no group, such as `access: []`, fails closed to `*`, which only a caller holding every group reads), `markup`
+    (`text` for the MIME types in `plain_text_types`, where a `#` line is no heading; else `markdown`) and
+    `doc_version`. A document left without text (a section page of front matter only) is indexed from its description;
+    without one it is reported in `skipped` with the reason, never as a failure.
 
     ### Usage example
 
@@ -102,6 +106,7 @@ class KnowledgeMetadata:
         plain_text_types: list[str] | None = None,
         updated_fields: list[str] | None = None,
         filterable_fields: list[str] | None = None,
+        access_fields: list[str] | None = None,
     ) -> None:
         """
         Create the component.
@@ -118,6 +123,8 @@ class KnowledgeMetadata:
             `updated`, `lastmod`, `last_modified`, `last_updated`, `date`): what `updated_after` filters on.
         :param filterable_fields: Further front matter fields lookups may filter on (default none; `category`,
             `tags`/`keywords`, the source and `updated` always are).
+        :param access_fields: Front matter fields naming the groups that may read a page (default `access`); a page
+            setting none of them is public.
         :raises ValueError: If a field list holds something else than field names.
         """
         for name, value in (
@@ -126,6 +133,7 @@ class KnowledgeMetadata:
             ("description_fields", description_fields),
             ("updated_fields", updated_fields),
             ("filterable_fields", filterable_fields),
+            ("access_fields", access_fields),
         ):
             if value is not None and not all(isinstance(v, str) and v for v in value):
                 msg = f"{name}={value!r} must be a list of field names; leave it unset for the defaults"
@@ -139,6 +147,7 @@ class KnowledgeMetadata:
         self.plain_text_types = list(plain_text_types if plain_text_types is not None else DEFAULT_PLAIN_TEXT_TYPES)
         self.updated_fields = list(updated_fields if updated_fields is not None else DEFAULT_UPDATED_FIELDS)
         self.filterable_fields = list(filterable_fields or [])
+        self.access_fields = list(access_fields if access_fields is not None else DEFAULT_ACCESS_FIELDS)
 
     def _category(self, meta: dict[str, Any], source: str) -> str:
         for name in self.category_fields:
@@ -172,6 +181,23 @@ class KnowledgeMetadata:
             "reviewed_at": day_of(meta.get("reviewed_at")) or day_of(meta.get("last_reviewed")),
         }
 
+    def _access(self, meta: dict[str, Any], source: str) -> list[str]:
+        """The groups that may read the page; a field set to something naming no group reads as `*` (fail closed)."""
+        for name in self.access_fields:
+            if meta.get(name) is None:
+                continue
+            groups = access_groups(meta[name])
+            if not groups:
+                logger.warning(
+                    "{source}: front matter {field}={value!r} names no group; only callers holding every group read it",
+                    source=source,
+                    field=name,
+                    value=meta[name],
+                )
+                return [ALL_GROUPS]
+            return groups
+        return []
+
     def _markup(self, meta: dict[str, Any], source: str) -> str:
         if meta.get("markup"):
             return str(meta["markup"])
@@ -200,6 +226,7 @@ class KnowledgeMetadata:
             updated=self._updated(meta),
             fields=self._fields(meta),
             **self._lifecycle(meta),
+            access=self._access(meta, source),
             doc_version=str(meta.get("doc_version") or file_version(content.encode("utf-8"))),
         )
         if description:

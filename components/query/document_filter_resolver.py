@@ -7,14 +7,16 @@ from typing import Any
 
 from haystack import component, logging
 
+from components.core.access import reader_groups
 from components.core.citation import chunk_ids
 from components.core.frontmatter import day_of
+from components.core.frozen import FrozenList
 from components.store.knowledge_index import CachedKnowledgeIndex, IndexedDocument, KnowledgeIndex
 
 logger = logging.getLogger(__name__)
 
 #: the keys every knowledge base can be filtered on (besides the fields its indexing declares filterable)
-BUILT_IN_KEYS = ("category", "tags", "keywords", "source", "source_prefix", "updated_after", "status")
+BUILT_IN_KEYS = ("category", "tags", "keywords", "source", "source_prefix", "updated_after", "status", "access")
 #: the store filter of filters that match no document: the retriever searches nothing (never without the filter)
 MATCHES_NOTHING: dict[str, Any] = {"field": "id", "operator": "in", "value": []}
 #: the statuses whose pages are not evidence unless asked for
@@ -23,6 +25,8 @@ DEFAULT_HIDDEN_STATUSES = ["draft", "archived"]
 CURRENT = "current"
 #: how many existing values a report names per key when a filter matches nothing
 AVAILABLE_VALUES = 20
+#: the hidden chunk lists kept: one per set of statuses asked for and set of caller groups
+_HIDDEN_LISTS = 32
 
 
 def _wanted(key: str, value: Any) -> list[str]:
@@ -83,6 +87,8 @@ def _values_of(doc: IndexedDocument, key: str) -> list[str]:
         return doc.keywords
     if key == "status":
         return [doc.status or CURRENT]
+    if key == "access":
+        return doc.access
     return doc.fields.get(key, [])
 
 
@@ -126,6 +132,12 @@ class DocumentFilterResolver:
     default (`hidden_statuses`, `draft` and `archived` as shipped, and pages whose `valid_from` lies ahead), which the
     retriever leaves out; `filters: {"status": "draft"}` asks for them.
 
+    It is also where per-document access is enforced. A page whose front matter `access` names groups is read only by
+    callers in one of them (`groups`; none: an anonymous caller, public pages only). The chunks of every page the
+    caller may not read are in `hidden`, so the store leaves them out of every query; and filters, their match counts
+    and the values a report names are worked out on the pages the caller may read, so that nothing tells a caller of a
+    page it may not see.
+
     ### Usage example
 
     ```python
@@ -164,7 +176,8 @@ class DocumentFilterResolver:
         self.category_key = category_key
         self.hidden_statuses = statuses
         self._cache = CachedKnowledgeIndex(index_path)
-        self._hidden_cache: dict[str, Any] = {}
+        self._hidden_cache: dict[tuple[Any, ...], FrozenList[str]] = {}
+        self._hidden_index: KnowledgeIndex | None = None
 
     def _index(self) -> KnowledgeIndex:
         return self._cache.get()[0]
@@ -202,55 +215,68 @@ class DocumentFilterResolver:
         ids = [cid for d in matched for cid in chunk_ids(d.source, d.doc_version, d.chunks)]
         return {"field": "id", "operator": "in", "value": ids}
 
-    def _hidden(self, index: KnowledgeIndex, tests: list[_Test]) -> list[str]:
-        """The chunks of pages that are not evidence by default: a hidden status, or not valid yet."""
+    def _hidden(self, index: KnowledgeIndex, tests: list[_Test], groups: frozenset[str]) -> FrozenList[str]:
+        """The chunks of pages that are not evidence: a hidden status, not valid yet, or not readable by the caller."""
         asked = next((t.values for t in tests if t.key == "status"), set())
         hidden = frozenset({s.casefold() for s in self.hidden_statuses} - asked)
-        # the same for every lookup until the index or the day changes: worked out once
-        key = (id(index), hidden, date.today().isoformat())
-        if self._hidden_cache.get("key") != key:
-            today = key[2]
-            chunks = [
+        # the same for every lookup until the index or the day changes: worked out once per statuses and groups
+        today = date.today().isoformat()
+        key = (hidden, today, groups if index.restricted else frozenset())
+        if self._hidden_index is not index:
+            self._hidden_cache, self._hidden_index = {}, index
+        chunks = self._hidden_cache.get(key)
+        if chunks is None:
+            readable = {id(d) for d in index.readable_by(groups).documents} if index.restricted else None
+            chunks = FrozenList(
                 cid
                 for d in index.documents
-                if d.status in hidden or (d.valid_from and d.valid_from > today)
+                if d.status in hidden
+                or (d.valid_from and d.valid_from > today)
+                or (readable is not None and id(d) not in readable)
                 for cid in chunk_ids(d.source, d.doc_version, d.chunks)
-            ]
-            self._hidden_cache = {"key": key, "chunks": chunks, "index": index}
-        return list(self._hidden_cache["chunks"])
+            )
+            if len(self._hidden_cache) >= _HIDDEN_LISTS:
+                self._hidden_cache.pop(next(iter(self._hidden_cache)))
+            self._hidden_cache[key] = chunks
+        return chunks  # read-only: handed to every receiver as it is, however many chunks it names
 
     @component.output_types(
-        filters=dict[str, Any] | None, filter_report=dict[str, Any] | None, error=str, hidden=list[str]
+        filters=dict[str, Any] | None, filter_report=dict[str, Any] | None, error=str, hidden=FrozenList[str]
     )
-    def run(self, filters: dict[str, Any] | None = None) -> dict[str, Any]:
+    def run(self, filters: dict[str, Any] | None = None, groups: list[str] | None = None) -> dict[str, Any]:
         """
-        Resolve the filters of one lookup.
+        Resolve the filters of one lookup, for one caller.
 
         :param filters: The agent's filters (None or empty: none).
+        :param groups: The caller's access groups (None or empty: an anonymous caller, who reads public pages only;
+            `*`: every page).
         :returns: `filters`: the store filter (None without filters; `MATCHES_NOTHING` when they match no document);
             `filter_report`:
             None without filters, else `requested` (as given), `documents` and `chunks` matched, and when none
             matched `available` (per key, the values that exist, with their document counts); `error`: '' or why
             the filters were refused (an unknown key, a value of the wrong kind), naming what is accepted; `hidden`: the
-            chunks of pages that are not evidence (a hidden status the filters do not ask for, or not valid yet),
-            which the retriever leaves out of every attempt.
+            chunks of pages that are not evidence (a hidden status the filters do not ask for, not valid yet, or not
+            readable by the caller), which the retriever leaves out of every attempt.
         """
         index = self._index()
+        readers = reader_groups(groups)
         if not filters:
-            return {"filters": None, "filter_report": None, "error": "", "hidden": self._hidden(index, [])}
+            return {"filters": None, "filter_report": None, "error": "", "hidden": self._hidden(index, [], readers)}
+        visible = index.readable_by(readers)
         try:
             tests = self._tests(filters, index)
         except ValueError as err:
-            return {"filters": None, "filter_report": None, "error": str(err), "hidden": []}
-        hidden = self._hidden(index, tests)
-        matched = [d for d in index.documents if all(t.keeps(d) for t in tests)]
+            hidden = self._hidden(index, [], readers)
+            return {"filters": None, "filter_report": None, "error": str(err), "hidden": hidden}
+        hidden = self._hidden(index, tests, readers)
+        matched = [d for d in visible.documents if all(t.keeps(d) for t in tests)]
         report: dict[str, Any] = {
             "requested": {t.key: t.value for t in tests},
             "documents": len(matched),
             "chunks": sum(d.chunks for d in matched),
         }
         if not matched or not report["chunks"]:
-            report["available"] = {t.key: available_values(index, t.key) for t in tests}
+            report["available"] = {t.key: available_values(visible, t.key) for t in tests}
             logger.info("Filters {filters} match no indexed document", filters=report["requested"])
             return {"filters": MATCHES_NOTHING, "filter_report": report, "error": "", "hidden": hidden}
         return {"filters": self._store_filter(tests, matched), "filter_report": report, "error": "", "hidden": hidden}

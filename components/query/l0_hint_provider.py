@@ -7,6 +7,7 @@ from typing import Any
 
 from haystack import component, logging
 
+from components.core.access import can_read, reader_groups
 from components.core.frozen import FrozenDict
 from components.core.text_matching import has_cjk, mentions
 from components.store.knowledge_index import CachedKnowledgeIndex, KnowledgeIndex, hint_values
@@ -28,6 +29,7 @@ class _TermIndex:
     originals: dict[tuple[str, str], str] = field(default_factory=dict)  # (kind, folded term) -> spelling
     domain_of: dict[str, str] = field(default_factory=dict)  # category-specific term -> its category
     by_prefix: dict[str, list[str]] = field(default_factory=dict)  # first characters (casefolded) -> terms
+    restricted: dict[int, list[str]] = field(default_factory=dict)  # position -> access groups, of restricted documents
 
     def candidates(self, text: str) -> set[str]:
         """
@@ -65,6 +67,10 @@ class L0HintProvider:
     the documents that mention it belong to that category (statistics written by the indexer). When the matched
     terms point at exactly one nonblank category, it becomes `category_filter` for L1; zero or several give no
     filter.
+
+    Hints are worked out for one caller: a term matches only through documents the caller may read (`groups`: a page's
+    front matter `access` against the caller's groups; none: public pages only), so no hint names or points at a page
+    the caller may not see; the category statistics L0 reads count public documents only.
 
     ### Usage example
 
@@ -143,6 +149,7 @@ class L0HintProvider:
             originals=originals,
             domain_of={t: d for t in terms if (d := self._domain(t, terms[t], index))},
             by_prefix=_file_by_prefix(terms),
+            restricted={pos: doc.access for pos, doc in enumerate(index.documents) if doc.access},
         )
 
     def _domain(self, term: str, kinds: dict[str, set[int]], index: KnowledgeIndex) -> str:
@@ -168,12 +175,20 @@ class L0HintProvider:
         """Return hint data with nothing matched."""
         return {"matched_titles": [], "matched_keywords": [], "domains": [], "entities": [], "matched_doc_ids": []}
 
+    def _unreadable(self, groups: list[str] | None) -> set[int]:
+        """The positions of the documents a caller with `groups` may not read."""
+        if not self._index.restricted:
+            return set()
+        readers = reader_groups(groups)
+        return {pos for pos, access in self._index.restricted.items() if not can_read(access, readers)}
+
     @component.output_types(hints=FrozenDict, category_filter=str)
-    def run(self, query: str) -> dict[str, Any]:
+    def run(self, query: str, groups: list[str] | None = None) -> dict[str, Any]:
         """
-        Match the query against the knowledge base's hint terms.
+        Match the query against the knowledge base's hint terms, for one caller.
 
         :param query: The normalized query; empty gives empty hints.
+        :param groups: The caller's access groups (None or empty: an anonymous caller, public pages only).
         :returns: `hints` (a read-only `FrozenDict`, which the pipeline hands on without copying: `matched_titles`,
             `matched_keywords`, `domains`, `entities`, `matched_doc_ids`) and `category_filter` (the single
             unambiguous category, or an empty string).
@@ -186,10 +201,14 @@ class L0HintProvider:
         matched: dict[str, set[str]] = {kind: set() for kind in _KINDS}
         docs: set[int] = set()
         terms = self._index.terms
+        unreadable = self._unreadable(groups)
         for term in self._index.candidates(folded.casefold()):
             if not mentions(folded, term):
                 continue
-            for kind, positions in terms[term].items():
+            for kind, filed in terms[term].items():
+                positions = filed - unreadable if unreadable else filed
+                if not positions:  # a term only pages the caller may not read have
+                    continue
                 matched[kind].add(term)
                 if kind != "category":
                     docs |= positions

@@ -10,7 +10,7 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict, logging
 
-from components.core.frozen import FrozenDict, FrozenList
+from components.core.frozen import FrozenDict, FrozenList, Strings
 from components.core.query_vector import QueryVector, as_list
 from components.core.scores import USABLE_KEY, evidence_key, similarity_of
 from components.store.knowledge_collection import (
@@ -232,7 +232,7 @@ class FilteredRetryRetriever:
             return self._pool
 
     def _filters(
-        self, category: str, explicit: Mapping[str, Any] | None, hidden: list[str] | None = None
+        self, category: str, explicit: Mapping[str, Any] | None, hidden: Strings | None = None
     ) -> dict[str, Any] | None:
         """The attempt's store filter: L0's category, the caller's explicit filter, the hidden pages left out (AND)."""
         parts: list[dict[str, Any]] = []
@@ -297,7 +297,7 @@ class FilteredRetryRetriever:
         top_k: int,
         explicit: Mapping[str, Any] | None = None,
         explicit_summary: str = "",
-        hidden: list[str] | None = None,
+        hidden: Strings | None = None,
     ) -> tuple[list[Document], dict]:
         """One attempt: its candidates (usable or not, each flagged) and its trace."""
         shown = {self.category_key: category} if category else {}
@@ -379,7 +379,7 @@ class FilteredRetryRetriever:
         top_k: int | None = None,
         embedding_meta: dict[str, Any] | None = None,
         filters: dict[str, Any] | None = None,
-        hidden: list[str] | None = None,
+        hidden: Strings | None = None,
     ) -> dict[str, Any]:
         """
         Retrieve L1 candidates.

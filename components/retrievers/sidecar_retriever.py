@@ -11,7 +11,7 @@ from typing import Any
 from haystack import Document, component, default_from_dict, default_to_dict, logging
 
 from components.core.embedding_backends import E5_SMALL, get_backend, validate_model_name
-from components.core.frozen import FrozenList
+from components.core.frozen import FrozenList, Strings
 from components.core.fusion import lexical_bonus
 from components.core.scores import document_key, evidence_key
 from components.store.knowledge_collection import (
@@ -181,14 +181,17 @@ class SidecarRetriever:
     def _embed(self, query: str) -> list[float]:
         return get_backend(self.model).embed_queries([query])[0].tolist()
 
-    def _retrieve(self, query: str) -> list[Document]:
+    def _retrieve(self, query: str, hidden: Strings) -> list[Document]:
         searched_under = self.collection.active_versions()  # a re-index may switch versions mid-search
+        filters = {"field": "id", "operator": "not in", "value": list(hidden)} if hidden else None
         if self.retriever == "dense":
-            docs = self.collection.dense_search(self._embed(query), self.top_k * 2, path=self.mode)  # room for stale
+            docs = self.collection.dense_search(
+                self._embed(query), self.top_k * 2, filters=filters, path=self.mode
+            )  # twice as deep: room for stale versions
             return self.collection.drop_superseded(docs, searched_under)[0]
         if self.retriever == "hybrid":
-            return self._hybrid(query, searched_under)
-        pairs, path = self.collection.lexical_search(query, self.top_k, source=self.lexical_source)
+            return self._hybrid(query, searched_under, filters)
+        pairs, path = self.collection.lexical_search(query, self.top_k, filters=filters, source=self.lexical_source)
         scores = dict(pairs)
         docs = [
             Document(
@@ -201,13 +204,14 @@ class SidecarRetriever:
         ]
         return self.collection.drop_superseded(docs, searched_under)[0]
 
-    def _hybrid(self, query: str, searched_under: Mapping[str, str]) -> list[Document]:
-        """Dense and BM25 hits fused as the main pipeline fuses them by default (`HYBRID_WEIGHT`), unfiltered."""
+    def _hybrid(self, query: str, searched_under: Mapping[str, str], filters: dict[str, Any] | None) -> list[Document]:
+        """Dense and BM25 hits fused as the main pipeline fuses them by default (`HYBRID_WEIGHT`), hidden pages left
+        out and no other filter."""
         vector = self._embed(query)
-        hits = self.collection.dense_search(vector, self.top_k * 2, path=self.mode)  # room for stale versions
+        hits = self.collection.dense_search(vector, self.top_k * 2, filters=filters, path=self.mode)  # room for stale
         for doc in hits:
             doc.meta["similarity"] = doc.score
-        pairs, _ = self.collection.lexical_search(query, self.top_k, source=self.lexical_source)
+        pairs, _ = self.collection.lexical_search(query, self.top_k, filters=filters, source=self.lexical_source)
         joined = self.collection.with_lexical(hits, pairs, query, vector, source=self.lexical_source)
         active = self.collection.drop_superseded(joined, searched_under)[0]
         fused = []
@@ -258,13 +262,13 @@ class SidecarRetriever:
             "only_in_sidecar": [k for k in side_keys if k not in main_rank],
         }
 
-    def _submit(self, query: str) -> Future[list[Document]] | None:
+    def _submit(self, query: str, hidden: Strings) -> Future[list[Document]] | None:
         """Start the comparison, or None when the previous one is still running (it must not delay this lookup)."""
         with self._lock:
             if self._pending is not None and not self._pending.done():
                 return None
             assert self._pool is not None
-            self._pending = self._pool.submit(self._retrieve, query)
+            self._pending = self._pool.submit(self._retrieve, query, hidden)
             return self._pending
 
     def _wait(self, future: Future[list[Document]]) -> tuple[str, list[Document], str | None]:
@@ -277,12 +281,19 @@ class SidecarRetriever:
             return "failed", [], f"{type(err).__name__}: {err}"
 
     @component.output_types(sidecar=dict[str, Any])
-    def run(self, query: str | None = None, main_ranking: list[str] | FrozenList[str] | None = None) -> dict[str, Any]:
+    def run(
+        self,
+        query: str | None = None,
+        main_ranking: list[str] | FrozenList[str] | None = None,
+        hidden: Strings | None = None,
+    ) -> dict[str, Any]:
         """
         Run the comparison retrieval and compare it with the main ranking.
 
         :param query: The normalized query.
         :param main_ranking: The main retrieval's evidence keys in rank order (the evidence gate's `ranking`).
+        :param hidden: Chunks the comparison may not return either (`DocumentFilterResolver`'s: drafts, pages the
+            caller may not read): its rows are recorded in the caller's trace row.
         :returns: `sidecar`: `{enabled, status, retriever, mode, collection, latency_ms, rows, comparison, error}`,
             where status is `off`, `ok`, `skipped` (a rejected query, or the previous comparison still running),
             `failed` (including a failed initialization) or `timeout`.
@@ -302,7 +313,7 @@ class SidecarRetriever:
         if self._init_error:
             return {"sidecar": {**report, **empty, "status": "failed", "error": self._init_error}}
         started = time.perf_counter()
-        future = self._submit(query or "")
+        future = self._submit(query or "", hidden or [])
         status, docs, error = (
             ("skipped", [], "the previous comparison is still running") if future is None else self._wait(future)
         )

@@ -14,13 +14,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
+from components.core.access import can_read
 from components.core.atomic_file import write_atomically
 from components.core.text_matching import mentions_folded
 from components.store.collection_statistics import CollectionStatistics
 
 T = TypeVar("T")
+
+#: the callers' views of one index kept (`KnowledgeIndex.readable_by`): one per distinct set of groups
+_VIEWS = 64
 
 
 class IndexedDocument(BaseModel):
@@ -45,6 +49,8 @@ class IndexedDocument(BaseModel):
     valid_from: str = ""
     valid_until: str = ""
     reviewed_at: str = ""
+    #: the groups that may read it (front matter `access`, casefolded); empty: public (`components.core.access`)
+    access: list[str] = Field(default_factory=list)
     doc_version: str
     chunks: int = 0
     # the files its text includes (Hugo/Jekyll includes), by source, with the version each had when it was indexed:
@@ -75,6 +81,9 @@ class KnowledgeIndex(BaseModel):
     statistics: CollectionStatistics | None = None
     # characters embedded per second by the last run that embedded enough to tell (an index run's estimate)
     chars_per_second: float = 0.0
+    # what callers see of it, by their groups (`readable_by`): worked out once per index and set of groups
+    _views: dict[frozenset[str], KnowledgeIndex] = PrivateAttr(default_factory=dict)
+    _views_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     @classmethod
     def load(cls, path: str | Path) -> KnowledgeIndex:
@@ -122,6 +131,41 @@ class KnowledgeIndex(BaseModel):
         """Return the documents keyed by source."""
         return {doc.source: doc for doc in self.documents}
 
+    def __eq__(self, other: object) -> bool:
+        # the fields: the views cached beside them (`readable_by`) are no part of what an index is
+        if not isinstance(other, KnowledgeIndex):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as pydantic's models are
+
+    @property
+    def restricted(self) -> bool:
+        """Whether some document is not public (has `access` groups)."""
+        return self.readable_by(frozenset()) is not self
+
+    def readable_by(self, groups: frozenset[str]) -> KnowledgeIndex:
+        """
+        The index as a caller with `groups` sees it: only the documents it may read (`components.core.access`).
+
+        :param groups: The caller's normalized groups (`reader_groups`; empty: an anonymous caller).
+        :returns: This index when the caller reads every document, else a view of it (cached: do not modify it).
+        """
+        with self._views_lock:
+            view = self._views.get(groups)
+        if view is not None:
+            return view
+        readable = [doc for doc in self.documents if can_read(doc.access, groups)]
+        view = self if len(readable) == len(self.documents) else self.model_copy(update={"documents": readable})
+        if view is not self:
+            view._views = {groups: view}
+            view._views_lock = threading.Lock()
+        with self._views_lock:
+            if len(self._views) >= _VIEWS:
+                self._views.pop(next(iter(self._views)))
+            self._views[groups] = view
+        return view
+
 
 _TITLE_PARTS = re.compile(r"\s+/\s+|\s*[:：|｜]\s*|\s+[-–—]\s+")
 
@@ -161,7 +205,9 @@ def term_category_counts(documents: list[IndexedDocument], bodies: Mapping[str, 
     Count, for every hint term of the knowledge base, the documents per category that mention it.
 
     A document mentions a term when it is one of its hint fields or its text contains it (matched like a query).
-    L0 uses these counts to tell category-specific terms from terms that occur everywhere. A text is only searched
+    L0 uses these counts to tell category-specific terms from terms that occur everywhere. Only public documents are
+    counted (every term is listed, a restricted document's too): the counts steer every caller's category filter, so
+    they must not depend on what some callers may not read. A text is only searched
     for a term when it has every character of it (a table of which characters each text has): a term that no text
     could contain, such as most distinct titles of a large knowledge base, costs no search at all.
 
@@ -181,6 +227,7 @@ def term_category_counts(documents: list[IndexedDocument], bodies: Mapping[str, 
     for position, codes in enumerate(present):
         has[np.searchsorted(alphabet, codes), position] = True
     counts: dict[str, dict[str, int]] = {}
+    restricted = {position for position, doc in enumerate(documents) if doc.access}
     for term, positions in own.items():
         mentioning = set(positions)
         codes = _code_points(term)
@@ -188,7 +235,7 @@ def term_category_counts(documents: list[IndexedDocument], bodies: Mapping[str, 
             candidates = np.flatnonzero(np.logical_and.reduce(has[np.searchsorted(alphabet, codes)], axis=0))
             mentioning.update(int(p) for p in candidates if mentions_folded(folded[p], term))
         per_category: dict[str, int] = {}
-        for position in sorted(mentioning):
+        for position in sorted(mentioning - restricted):
             category = documents[position].category
             per_category[category] = per_category.get(category, 0) + 1
         counts[term] = per_category

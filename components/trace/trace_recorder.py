@@ -9,7 +9,7 @@ from haystack.utils import Secret
 from components.core.frozen import FrozenDict, Record
 from components.core.lookup_result import LookupResult
 from components.trace.safe_text import safe_text
-from components.trace.session_key import normalize_session_id, session_key, stored_session_id
+from components.trace.session_key import normalize_principal, normalize_session_id, session_key, stored_session_id
 from components.trace.trace_store import PASSWORD_ENV, ToolInvocation, TraceStore
 
 logger = logging.getLogger(__name__)
@@ -21,13 +21,14 @@ class TraceRecorder:
     Records every lookup as exactly one `tool_invocation` row, after the result is assembled.
 
     Rejected input, errors and no-evidence results are recorded too, and so is a lookup that a component before the
-    recorder broke: `pipelines.lookup` then calls `record_failure`. The row carries the tool name, session, query
-    (escaped where a database could not store it, with its original length), found, status, retrieval layer,
-    fallback reason, counts, latency, error and the snake_case `retrieval_details` (evidence summaries only, never
-    full content). If the database cannot be written within `timeout_s` (whatever it is doing: a stopped server is
-    not waited for), the row is spooled to a file and replayed later, and writes go straight to the spool for
-    `retry_after_s`. If the spool cannot be written either (a full disk), the row waits in memory and the result says
-    so: `traceId` null and `traceError` the reason. The lookup never fails because of the trace store.
+    recorder broke: `pipelines.lookup` then calls `record_failure`. The row carries the tool name, session, the
+    caller's principal (None for an anonymous caller), query (escaped where a database could not store it, with its
+    original length), found, status, retrieval layer, fallback reason, counts, latency, error and the snake_case
+    `retrieval_details` (evidence summaries only, never full content). If the database cannot be written within
+    `timeout_s` (whatever it is doing: a stopped server is not waited for), the row is spooled to a file and replayed
+    later, and writes go straight to the spool for `retry_after_s`. If the spool cannot be written either (a full
+    disk), the row waits in memory and the result says so: `traceId` null and `traceError` the reason. The lookup
+    never fails because of the trace store.
 
     ### Usage example
 
@@ -107,6 +108,7 @@ class TraceRecorder:
         details: Record,
         raw_query: str | None = None,
         started_at: float | None = None,
+        principal: str | None = None,
     ) -> dict[str, Any]:
         """
         Write the row.
@@ -115,6 +117,8 @@ class TraceRecorder:
         :param details: The snake_case `retrieval_details` (likewise).
         :param raw_query: The query as received (stored when the normalized one is empty).
         :param started_at: Epoch seconds at which the lookup started (defaults to the query transform's time).
+        :param principal: The caller's principal name (None or empty: an anonymous caller); stored in the row and
+            part of its session key, so session memory is per principal.
         :returns: `result`, a plain dict copy with `traceId` set (None when the row was spooled or kept in memory)
             and `traceError` (None, or why neither the trace database nor the spool took the row); and `details`,
             the `retrieval_details` as recorded (with `latency_ms`), for callers that measure the lookup (`eval`).
@@ -125,10 +129,12 @@ class TraceRecorder:
         received = raw_query if isinstance(raw_query, str) else result.get("query") or ""
         query = result.get("query") or received
         session = normalize_session_id(result.get("sessionId"))
+        owner = normalize_principal(principal)
         row = ToolInvocation(
             tool_name=self.tool_name,
             session_id=stored_session_id(session),
-            session_key=session_key(session),
+            session_key=session_key(session, owner),
+            principal=owner,
             query=query[: self.max_query_chars],
             query_chars=len(received),
             found=bool(result.get("found")),
@@ -146,7 +152,13 @@ class TraceRecorder:
         return {"result": {**result, "traceId": written.row_id, "traceError": written.error}, "details": recorded}
 
     def record_rejection(
-        self, query: Any, session_id: str | None, reason: str, started_at: float | None = None
+        self,
+        query: Any,
+        session_id: str | None,
+        reason: str,
+        started_at: float | None = None,
+        *,
+        principal: str | None = None,
     ) -> dict[str, Any]:
         """
         Record a lookup refused before it ran (a damaged cursor, a budget that is no number), and return its result.
@@ -155,6 +167,7 @@ class TraceRecorder:
         :param session_id: The caller's session.
         :param reason: Why it was refused, naming the fix.
         :param started_at: Epoch seconds at which the lookup started.
+        :param principal: The caller's principal name (None: an anonymous caller).
         :returns: The camelCase `LookupResult` JSON of status `invalid_query`, with `traceId`.
         """
         text = query if isinstance(query, str) else repr(query)
@@ -168,7 +181,9 @@ class TraceRecorder:
             error=reason,
         ).to_json_dict()
         details = {"retrieval_layer": "none", "error": reason}
-        return self.run(result=result, details=details, raw_query=text, started_at=started_at)["result"]
+        return self.run(result=result, details=details, raw_query=text, started_at=started_at, principal=principal)[
+            "result"
+        ]
 
     def record_call(
         self,
@@ -180,6 +195,8 @@ class TraceRecorder:
         found: bool = False,
         error: str | None = None,
         started_at: float | None = None,
+        *,
+        principal: str | None = None,
     ) -> tuple[int | None, str | None]:
         """
         Record a call of another tool than the lookup (`read_evidence`, `read_document`, `list_facets`): one row.
@@ -192,14 +209,17 @@ class TraceRecorder:
         :param found: Whether it returned knowledge.
         :param error: Why it failed or was refused.
         :param started_at: Epoch seconds at which the call started.
+        :param principal: The caller's principal name (None: an anonymous caller).
         :returns: The row id (None when spooled) and why it could not be recorded (None when it was).
         """
         latency_ms = round((time.time() - (started_at or time.time())) * 1000, 2)
         session = normalize_session_id(session_id)
+        owner = normalize_principal(principal)
         row = ToolInvocation(
             tool_name=tool_name,
             session_id=stored_session_id(session),
-            session_key=session_key(session),
+            session_key=session_key(session, owner),
+            principal=owner,
             query=request[: self.max_query_chars],
             query_chars=len(request),
             found=found,
@@ -213,7 +233,13 @@ class TraceRecorder:
         return written.row_id, written.error
 
     def record_failure(
-        self, query: Any, session_id: str | None, error: BaseException, started_at: float | None = None
+        self,
+        query: Any,
+        session_id: str | None,
+        error: BaseException,
+        started_at: float | None = None,
+        *,
+        principal: str | None = None,
     ) -> dict[str, Any]:
         """
         Record a lookup that failed before its result was assembled, and return its `error` result.
@@ -222,6 +248,7 @@ class TraceRecorder:
         :param session_id: The caller's session (normalized here as the query transformer does).
         :param error: What broke (a `PipelineRuntimeError` names the component).
         :param started_at: Epoch seconds at which the lookup started.
+        :param principal: The caller's principal name (None: an anonymous caller).
         :returns: The camelCase `LookupResult` JSON of status `error`, with `traceId`.
         """
         component_name = getattr(error, "component_name", None)
@@ -239,4 +266,6 @@ class TraceRecorder:
             error=reason,
         ).to_json_dict()
         details = {"retrieval_layer": "none", "failed_component": component_name, "error": reason}
-        return self.run(result=result, details=details, raw_query=text, started_at=started_at)["result"]
+        return self.run(result=result, details=details, raw_query=text, started_at=started_at, principal=principal)[
+            "result"
+        ]

@@ -51,7 +51,7 @@ from components.core.environment import TRACE_DB_PASSWORD
 from components.trace import migrate
 from components.trace.bounded_worker import BoundedWorker, DeadlineExceeded
 from components.trace.safe_text import safe_json, safe_text
-from components.trace.session_key import session_key, stored_session_id
+from components.trace.session_key import normalize_principal, session_key, stored_session_id
 from components.trace.trace_spool import SpoolBatch, TraceSpool
 
 logger = logging.getLogger(__name__)
@@ -95,8 +95,10 @@ class ToolInvocation(SQLModel, table=True):
     tool_name: str = Field(index=True)
     #: the session id, readable (cut to 200 characters: `session_key` is what sessions are matched by)
     session_id: str | None = Field(default=None, index=True)
-    #: the digest of the whole normalized session id (`components.trace.session_key`)
+    #: the digest of the caller's session: its whole normalized id and its principal (`components.trace.session_key`)
     session_key: str | None = Field(default=None, index=True)
+    #: the caller's principal name (None: an anonymous caller); session memory is per principal
+    principal: str | None = Field(default=None, index=True)
     query: str
     #: the query's length as received (the stored `query` may be cut or escaped)
     query_chars: int | None = None
@@ -109,6 +111,26 @@ class ToolInvocation(SQLModel, table=True):
     latency_ms: float = 0.0
     error: str | None = None
     retrieval_details: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+
+    def belongs_to(self, principal: str | None) -> bool:
+        """
+        Whether this row was recorded for `principal`: for checking a caller may see one row (`TraceStore.get`).
+
+        :param principal: The caller's principal; None (or empty) for an anonymous caller, who owns anonymous rows.
+        :returns: True when the row's principal is `principal`, compared as stored.
+        """
+        return self.principal == stored_principal(principal)
+
+
+def stored_principal(principal: str | None) -> str | None:
+    """
+    Return a principal as the `principal` column keeps it (`normalize_principal`, made storable by `safe_text`).
+
+    :param principal: The caller's principal.
+    :returns: The stored form, or None for an anonymous caller.
+    """
+    owner = normalize_principal(principal)
+    return None if owner is None else safe_text(owner)
 
 
 #: the environment variable the trace components read the database password from (a Haystack `Secret`)
@@ -147,13 +169,15 @@ def storable(row: ToolInvocation) -> ToolInvocation:
     Return a copy of `row` whose strings every database can store (`safe_text`), keyed by its session.
 
     :param row: A row.
-    :returns: The safe copy; its `session_key` is the digest of its whole `session_id` when it had none, and its
-        `session_id` the readable form (normalized, cut to `STORED_SESSION_CHARS`).
+    :returns: The safe copy; its `session_key` is the digest of its whole `session_id` and its `principal` when it
+        had none, its `session_id` the readable form (normalized, cut to `STORED_SESSION_CHARS`), and its
+        `principal` None for an anonymous caller.
     """
     data = row.model_dump()
-    # the key is taken from the whole id as given: escaping first would make a lone surrogate and its spelled-out
-    # escape one session, and cutting first two long ids that differ late
-    data["session_key"] = data.get("session_key") or session_key(data.get("session_id"))
+    # the key is taken from the whole id and principal as given: escaping first would make a lone surrogate and its
+    # spelled-out escape one session, and cutting first two long ids that differ late
+    data["principal"] = normalize_principal(data.get("principal"))
+    data["session_key"] = data.get("session_key") or session_key(data.get("session_id"), data["principal"])
     data["session_id"] = stored_session_id(data.get("session_id"))
     for key, value in data.items():
         if isinstance(value, str):
@@ -166,7 +190,8 @@ def spooled_row(raw: Any) -> ToolInvocation | None:
     """
     Return a spooled row as a validated row, or None when it has the wrong shape.
 
-    A row spooled by an older version gets what it lacks: an invocation id, its session key.
+    A row spooled by an older version gets what it lacks: an invocation id, its session key; one spooled before
+    principals existed is an anonymous caller's (no `principal`), whose session key is unchanged.
 
     :param raw: One parsed spool line.
     :returns: The row, or None (the replay moves such rows to the rejected file).
@@ -180,7 +205,7 @@ def spooled_row(raw: Any) -> ToolInvocation | None:
     if not row.invocation_id:
         row.invocation_id = _new_invocation_id()
     if not row.session_key:
-        row.session_key = session_key(row.session_id)
+        row.session_key = session_key(row.session_id, row.principal)
     return row
 
 
@@ -832,33 +857,64 @@ class TraceStore:
         status: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        principal: str | None = None,
     ) -> list[ToolInvocation]:
         """
         Return the newest rows first.
 
         :param limit: Most rows.
-        :param session_id: Only this session's rows (matched by its whole normalized id).
+        :param session_id: Only this session's rows (matched by its whole normalized id): with `principal`, that
+            principal's session; without, the session of that id of every principal and of anonymous callers.
         :param status: Only rows with this `evidenceStatus`.
         :param since: Only rows created at or after this time.
         :param until: Only rows created before this time.
+        :param principal: Only rows recorded for this principal (None: every row; the empty string, no principal's
+            name, matches none).
         :returns: Rows.
         :raises TimeoutError: If the database does not answer within `BROWSE_TIMEOUT_S`.
         """
+
+        def read(session: Session) -> builtins.list[ToolInvocation]:
+            return list(session.exec(self._list_query(session, limit, session_id, status, since, until, principal)))
+
+        return self._browse(read)
+
+    @staticmethod
+    def _list_query(
+        session: Session,
+        limit: int,
+        session_id: str | None,
+        status: str | None,
+        since: datetime | None,
+        until: datetime | None,
+        principal: str | None,
+    ) -> Any:
         query = select(ToolInvocation)
-        if key := session_key(session_id):
-            query = query.where(ToolInvocation.session_key == key)
+        if principal is not None:
+            query = query.where(ToolInvocation.principal == safe_text(principal))
+        if session_key(session_id) is not None:
+            if principal is not None:
+                keys = {session_key(session_id, principal)}
+            else:
+                # a session id is a session of each principal that used it: their keys, from the principals
+                # recorded under its readable id (an indexed column, stored as `storable` keeps it)
+                readable = safe_text(stored_session_id(session_id) or "")
+                owners = session.exec(
+                    select(ToolInvocation.principal).where(ToolInvocation.session_id == readable).distinct()
+                )
+                keys = {session_key(session_id, owner) for owner in owners} | {session_key(session_id)}
+            query = query.where(ToolInvocation.session_key.in_(keys))  # type: ignore[union-attr]
         if status:
             query = query.where(ToolInvocation.status == status)
         if since is not None:
             query = query.where(ToolInvocation.created_at >= since)
         if until is not None:
             query = query.where(ToolInvocation.created_at < until)
-        query = query.order_by(ToolInvocation.created_at.desc(), ToolInvocation.id.desc()).limit(limit)  # type: ignore[attr-defined,union-attr]
-        return self._browse(lambda session: list(session.exec(query)))
+        return query.order_by(ToolInvocation.created_at.desc(), ToolInvocation.id.desc()).limit(limit)  # type: ignore[attr-defined,union-attr]
 
     def get(self, row_id: int) -> ToolInvocation | None:
         """
-        Return one row.
+        Return one row (whose principal a caller checks with `ToolInvocation.belongs_to`).
 
         :param row_id: The id.
         :returns: The row, or None.
@@ -891,7 +947,7 @@ class TraceStore:
             )
             raise TimeoutError(msg) from None
 
-    def session_memory(self, session_id: str) -> tuple[set[str], str | None]:
+    def session_memory(self, session_id: str, principal: str | None = None) -> tuple[set[str], str | None]:
         """
         Return the evidence keys already returned as consumable evidence in a session, spooled rows included.
 
@@ -899,10 +955,12 @@ class TraceStore:
         Spooled rows of the wrong shape are skipped with a warning (the replay moves them aside).
 
         :param session_id: The session (matched by its whole normalized id).
+        :param principal: The caller's principal (None or empty: an anonymous caller): a session is its principal's,
+            and the rows of the database, the spool and the memory queue are matched by that principal's session key.
         :returns: The keys, and None, or the reason the database could not be read (then the keys are those of the
             spooled rows and of rows waiting in memory alone: a partial memory, never an exception).
         """
-        key = session_key(session_id)
+        key = session_key(session_id, principal)
         if key is None:
             return set(), None
         details: builtins.list[Any] = []

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from components.core.lookup_result import FilterReport
+from pipelines.access import ANONYMOUS, Principal
 from pipelines.service import KnowledgeService
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
 from pipelines.tool_contract import (
@@ -219,6 +220,7 @@ class LookupKnowledgeTool(PipelineTool):
         outputs_to_string: dict[str, Any] | None = None,
         inputs_from_state: dict[str, str] | None = None,
         outputs_to_state: dict[str, dict[str, Any]] | None = None,
+        principal: Principal | None = None,
     ) -> None:
         """
         Wrap the service of a loaded lookup pipeline.
@@ -237,8 +239,11 @@ class LookupKnowledgeTool(PipelineTool):
         :param outputs_to_string: How the result becomes the agent's string (default: `compact_result_json`).
         :param inputs_from_state: See `PipelineTool`.
         :param outputs_to_state: See `PipelineTool`.
+        :param principal: Whom the agent's calls are made for (`pipelines.access`; default `ANONYMOUS`: public pages
+            only). It is fixed here, never taken from a tool call's arguments: a model cannot choose whom it reads as.
         """
         self.service = service if isinstance(service, KnowledgeService) else KnowledgeService(service)
+        self.principal = principal or ANONYMOUS
         default_inputs, default_outputs = self.service.tool_sockets()
         super().__init__(
             self.service.pipeline,
@@ -294,31 +299,39 @@ class LookupKnowledgeTool(PipelineTool):
         """The lookup pipeline this tool runs (read it, e.g. for its collection; run it only through the tool)."""
         return self._pipeline
 
-    def lookup_result(self, query: Any, session_id: str | None = None, **options: Any) -> dict[str, Any]:
+    def lookup_result(
+        self, query: Any, session_id: str | None = None, principal: Principal | None = None, **options: Any
+    ) -> dict[str, Any]:
         """
         One call through the service: the full `LookupResult`, never raising.
 
         :param query: The query (a non-string is rejected by the query transformer, and recorded).
         :param session_id: The caller's session.
+        :param principal: Whom the call is for (default: the tool's `principal`).
         :param options: `filters`, `max_chars`, `cursor` (`KnowledgeService.lookup`).
         :returns: The camelCase `LookupResult` JSON (with `traceId`); the call is recorded.
         """
         # the service's `lookup`, not PipelineTool's own call: a component that raises is recorded as `error` too
-        return self.service.lookup(query, session_id=session_id, **options)
+        return self.service.lookup(query, session_id=session_id, principal=principal or self.principal, **options)
 
-    def lookup(self, query: str, session_id: str | None = None, **options: Any) -> dict[str, Any]:
+    def lookup(
+        self, query: str, session_id: str | None = None, principal: Principal | None = None, **options: Any
+    ) -> dict[str, Any]:
         """
         One call outside an agent (the MCP server uses this): the compact result, or `LookupToolError`.
 
         :param query: The query.
         :param session_id: The caller's session.
+        :param principal: Whom the call is for (the server's identified caller; default: the tool's `principal`).
         :param options: `filters`, `max_chars`, `cursor`; None values are left out.
         :returns: The compact result (`compact_result`).
         :raises LookupToolError: For `invalid_query` and `error` results (the call is recorded).
         """
         self.warm_up()
         given = {key: value for key, value in options.items() if value is not None}
-        return compact_result(self._invoke(query=query, session_id=session_id, **given)["result"])
+        result = self.lookup_result(query, session_id=session_id, principal=principal, **given)
+        raise_for_status(result)
+        return compact_result(result)
 
 
 def lookup_knowledge_tool(
@@ -331,6 +344,7 @@ def lookup_knowledge_tool(
     pipeline: Pipeline | None = None,
     name: str | None = None,
     description: str | None = None,
+    principal: Principal | None = None,
 ) -> LookupKnowledgeTool:
     """
     Build the `lookup_knowledge` tool for a Haystack `Agent`.
@@ -352,6 +366,7 @@ def lookup_knowledge_tool(
         trace rows carry it too.
     :param description: The tool's description (default: the pipeline's `metadata.tool_description`, else the
         evidence-first contract naming the knowledge base).
+    :param principal: Whom the agent's calls are made for (default `ANONYMOUS`: public pages only).
     :returns: The tool (arguments `query`, and optional `session_id`, `filters`, `max_chars`, `cursor`).
     :raises ValueError: If `pipeline` is given together with loading options, or the name is not a tool name.
     """
@@ -366,4 +381,4 @@ def lookup_knowledge_tool(
         )
     if name is not None:
         service.name_tool(name)
-    return LookupKnowledgeTool(service, description=description)
+    return LookupKnowledgeTool(service, description=description, principal=principal)

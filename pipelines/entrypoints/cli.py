@@ -36,6 +36,41 @@ def _add_set(parser: argparse.ArgumentParser, example: str) -> None:
     )
 
 
+def _add_caller(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--as",
+        dest="as_principal",
+        default=None,
+        metavar="PRINCIPAL",
+        help=f"{what} as this principal of the principals file ('anonymous': public pages only; default: the local "
+        "operator, who reads every page)",
+    )
+    parser.add_argument(
+        "--principals",
+        default=None,
+        metavar="FILE",
+        help="the principals file (default: LOOKUP_KNOWLEDGE_PRINCIPALS, else principals.yaml in the data folder)",
+    )
+
+
+def _caller(args: argparse.Namespace) -> Any:
+    """The principal a command runs as: `--as NAME` (from the principals file), else the local operator."""
+    from pipelines.access import ANONYMOUS, LOCAL_OPERATOR
+
+    name = getattr(args, "as_principal", None)
+    if not name:
+        return LOCAL_OPERATOR
+    if name == "anonymous":
+        return ANONYMOUS
+    return _principals(args).get(name)
+
+
+def _principals(args: argparse.Namespace) -> Any:
+    from pipelines.access import Principals
+
+    return Principals.load(args.principals or Principals.default_path(Deployment.resolve(args.data_dir).data_dir))
+
+
 def _overrides(specs: list[str]) -> dict[str, dict[str, Any]] | None:
     """`--set` values as `component_params` (parsed before anything is started, so a bad one costs nothing)."""
     from pipelines.loading import component_params_from
@@ -193,6 +228,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from pipelines.service import KnowledgeService
     from pipelines.settings import DEFAULT_LOOKUP_PIPELINE
 
+    caller = _caller(args)
     deployment = Deployment.resolve(args.data_dir)
     _require_data_folder(deployment)
     if args.pipeline:  # refused before anything is started for the data folder
@@ -209,6 +245,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         filters=_filters(args.filter),
         max_chars=args.max_chars,
         cursor=args.cursor,
+        principal=caller,
     )
     if args.json:
         print(json.dumps(result, ensure_ascii=False, indent=1))
@@ -227,6 +264,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from pipelines.entrypoints import trace_browser
     from pipelines.traces import open_traces
 
+    caller = _caller(args)
+    # an operator sees every principal's rows; anyone else only its own (an anonymous caller, the anonymous rows)
+    owner = None if caller.operator else (caller.name or "")
     store = open_traces(Deployment.resolve(args.data_dir))
     try:
         if args.action == "replay":
@@ -254,6 +294,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
                 status=args.status,
                 since=trace_browser.parse_time(args.since) if args.since else None,
                 until=trace_browser.parse_time(args.until) if args.until else None,
+                principal=owner,
             )
             if args.json:
                 print(
@@ -266,7 +307,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
         if args.id is None:
             raise ValueError("trace show needs an ID (see `lookup-knowledge trace list`)")
         found = store.get(args.id)
-        if found is None:
+        if found is None or (owner is not None and not found.belongs_to(owner or None)):
+            # another principal's row is answered as a row that does not exist
             raise ValueError(f"no tool_invocation row with id {args.id}")
         if args.json:
             print(json.dumps(trace_browser.row_json(found), ensure_ascii=False, indent=1))
@@ -294,7 +336,34 @@ def cmd_serve(args: argparse.Namespace) -> int:
             tool_name=args.tool_name,
             tool_description=args.tool_description,
             knowledge=[parse_knowledge(spec) for spec in args.knowledge] or None,
+            principals_path=args.principals,
+            as_principal=args.as_principal if args.as_principal != "anonymous" else None,
         )
+    return 0
+
+
+def cmd_principal(args: argparse.Namespace) -> int:
+    principals = _principals(args)
+    if args.action == "list":
+        described = principals.describe()
+        if args.json:
+            print(json.dumps(described, ensure_ascii=False, indent=1))
+        for each in [] if args.json else described:
+            flags = " operator" if each["operator"] else ""
+            print(f"{each['name']}: groups {', '.join(each['groups']) or '-'}{flags}; {each['tokens']} token(s)")
+        return 0
+    if not args.name:
+        raise ValueError(f"principal {args.action} needs a NAME")
+    if args.action == "remove":
+        principals.remove(args.name)
+        print(f"Removed {args.name} and its tokens from {principals.path}")
+        return 0
+    token = principals.add(args.name, args.group, operator=args.operator)
+    print(token)
+    print(
+        f"Added a token for {args.name} to {principals.path} (only its hash is kept: this is the one time it is shown)",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -330,6 +399,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         limit=args.limit,
         negatives=args.negatives,
+        principal=_caller(args),
     )
     print(format_table(report))
     if args.json:
@@ -401,6 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--max-chars", type=int, default=None, help="the most characters of evidence to return")
     ask.add_argument("--cursor", default=None, help="a previous result's cursor: that lookup's next blocks")
     _add_set(ask, "packer.char_budget=2000")
+    _add_caller(ask, "look up")
     ask.set_defaults(func=cmd_ask)
 
     trace = sub.add_parser("trace", help="browse recorded tool_invocation rows")
@@ -413,6 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--status", default=None, help="only rows of this status (evidence, no_evidence, error, ...)")
     trace.add_argument("--since", default=None, help="only rows created at or after this ISO time (UTC by default)")
     trace.add_argument("--until", default=None, help="only rows created before this ISO time")
+    _add_caller(trace, "browse (a principal that is no operator sees only its own rows)")
     trace.set_defaults(func=cmd_trace)
 
     serve_p = sub.add_parser(
@@ -461,7 +533,38 @@ def build_parser() -> argparse.ArgumentParser:
         "knowledge base's categories and languages)",
     )
     _add_set(serve_p, "gate.max_gap=0.03")
+    serve_p.add_argument(
+        "--as",
+        dest="as_principal",
+        default=None,
+        metavar="PRINCIPAL",
+        help="stdio: serve every call as this principal of the principals file (default: anonymous, public pages "
+        "only); over HTTP each request is the principal whose token it sends",
+    )
+    serve_p.add_argument(
+        "--principals",
+        default=None,
+        metavar="FILE",
+        help="the principals file (default: LOOKUP_KNOWLEDGE_PRINCIPALS, else principals.yaml in the data folder)",
+    )
     serve_p.set_defaults(func=cmd_serve)
+
+    principal = sub.add_parser(
+        "principal", help="who may read what: add a principal (prints its new bearer token once), list, remove"
+    )
+    principal.add_argument("action", choices=["add", "list", "remove"])
+    principal.add_argument("name", nargs="?", default=None)
+    principal.add_argument(
+        "--group",
+        action="append",
+        default=[],
+        help="an access group (repeatable): it reads pages whose front matter `access` names it; '*' reads every page",
+    )
+    principal.add_argument("--operator", action="store_true", help="it sees every principal's trace rows")
+    principal.add_argument("--data-dir", default=None, help="data folder (its principals.yaml)")
+    principal.add_argument("--principals", default=None, metavar="FILE", help="the principals file")
+    principal.add_argument("--json", action="store_true", help="list: as JSON")
+    principal.set_defaults(func=cmd_principal)
 
     export = sub.add_parser(
         "export-pipelines", help="write the shipped pipelines.yaml and indexing.yaml into a folder, to edit them"
@@ -484,6 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="unanswerable queries (eval.jsonl format, no judgments), besides the dataset's own negatives.jsonl",
     )
     _add_set(evaluate, "sidecar.enabled=true")
+    _add_caller(evaluate, "measure the pipeline's lookups")
     evaluate.add_argument("--quiet", action="store_true", help="no progress bars")
     evaluate.set_defaults(func=cmd_eval)
 

@@ -16,11 +16,12 @@ stdio message gets an answer: a line the SDK's parser refuses is read again as R
 becomes its escape, as text) and served, or answered with a JSON-RPC error (`AnsweringReadStream`).
 
 Over HTTP the server binds to loopback. Any other address needs `allow_remote` (`--allow-remote`) *and* a bearer
-token in `LOOKUP_KNOWLEDGE_TOKEN`; with a token set, every request without `Authorization: Bearer <token>` gets 401,
-on loopback too (one comparison for `/mcp` and every REST route: `pipelines.entrypoints.rest_api.bearer_token_matches`,
-constant time, on bytes). A token that no request could send is refused at start-up (`check_token`): blank, with
-whitespace at either end, or not printable ASCII. DNS-rebinding protection stays on: only loopback Host headers, the
-bind address and `allowed_hosts` (`--allowed-host`) are served.
+token in `LOOKUP_KNOWLEDGE_TOKEN` or principals with tokens (`pipelines.access`); with a token set, every request
+without `Authorization: Bearer <token>` gets 401, on loopback too (one check for `/mcp` and every REST route:
+`pipelines.entrypoints.rest_api.identify`, constant time). A principal's token serves the request as that principal;
+the shared token and no token (where allowed) are anonymous: public pages only. A token that no request could send
+is refused at start-up (`check_token`): blank, with whitespace at either end, or not printable ASCII. DNS-rebinding
+protection stays on: only loopback Host headers, the bind address and `allowed_hosts` (`--allowed-host`) are served.
 
 The same HTTP server also serves the REST routes of `pipelines.entrypoints.rest_api` (`POST /lookup`, Dify's `POST
 /retrieval`, `GET /health`, `GET /openapi.json`) on the same tool, under the same Host check and token (`/retrieval`
@@ -42,7 +43,7 @@ from typing import Annotated, Any, Literal, Self
 import anyio
 from haystack import logging
 from haystack.utils import Secret
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
@@ -65,6 +66,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from components.core.environment import SERVER_TOKEN
+from pipelines.access import ANONYMOUS, Principal, Principals
 from pipelines.catalog import Catalog, UnknownKnowledgeError
 from pipelines.entrypoints.agent_tool import (
     LookupKnowledgeTool,
@@ -75,13 +77,13 @@ from pipelines.entrypoints.agent_tool import (
 from pipelines.entrypoints.rest_api import (
     RETRIEVAL_PATH,
     authorization_header,
-    bearer_token_matches,
+    identify,
     load_json,
     rest_routes,
 )
 from pipelines.knowledge_reads import DocumentRead, EvidenceRead, Facets
 from pipelines.service import KnowledgeService
-from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, DEFAULT_MCP_HOST, DEFAULT_MCP_PORT
+from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, DEFAULT_MCP_HOST, DEFAULT_MCP_PORT, Deployment
 from pipelines.tool_contract import (
     BUILT_IN_FILTER_KEYS,
     TOOL_DESCRIPTION,
@@ -92,6 +94,7 @@ from pipelines.tool_contract import (
 
 __all__ = [
     "AnsweringReadStream",
+    "CallerMiddleware",
     "build_server",
     "check_token",
     "http_app",
@@ -166,6 +169,21 @@ def _read_result(body: dict[str, Any]) -> CallToolResult:
     return _structured(body)
 
 
+def _caller(ctx: Context | None, default: Principal) -> Principal:
+    """
+    Whom an MCP call is for: over HTTP, the principal `CallerMiddleware` identified for its request; over stdio, the
+    server's (`serve --as`, default anonymous).
+    """
+    try:
+        request = ctx.request_context.request if ctx is not None else None
+    except ValueError:  # no request: a call from outside a session (a test calling the function itself)
+        request = None
+    if request is None:
+        return default
+    found = getattr(request, "scope", {}).get("state", {}).get("principal")
+    return found if isinstance(found, Principal) else ANONYMOUS
+
+
 class KnowledgeBases(BaseModel):
     """`list_facets` of a server serving several knowledge bases: each one's facets."""
 
@@ -174,7 +192,9 @@ class KnowledgeBases(BaseModel):
     knowledge_bases: list[Facets]
 
 
-def _lookup_tool(server: MCPServer, tool: LookupKnowledgeTool | None, annotations: ToolAnnotations) -> None:
+def _lookup_tool(
+    server: MCPServer, tool: LookupKnowledgeTool | None, annotations: ToolAnnotations, default: Principal
+) -> None:
     """Register one knowledge base's lookup tool: its own name, description and filter keys."""
     service = tool.service if tool is not None else None
     name = tool.name if tool is not None else TOOL_NAME
@@ -186,11 +206,15 @@ def _lookup_tool(server: MCPServer, tool: LookupKnowledgeTool | None, annotation
         filters: Any = None,  # typed below: this knowledge base's filter keys
         max_chars: Annotated[int | None, Field(ge=200, description=_MAX_CHARS_DESCRIPTION)] = None,
         cursor: Annotated[str | None, Field(description=_CURSOR_DESCRIPTION)] = None,
+        ctx: Context | None = None,
     ) -> Annotated[CallToolResult, ServedResult]:
-        """Run one lookup; runs in a worker thread (the tool serializes its pipeline runs)."""
+        """Run one lookup, for the caller the request identified; runs in a worker thread."""
         given = filters.model_dump(exclude_none=True) if filters is not None else None
+        caller = _caller(ctx, default)
         try:
-            compact = tool.lookup(query, session_id=session_id, filters=given, max_chars=max_chars, cursor=cursor)  # type: ignore[union-attr]
+            compact = tool.lookup(  # type: ignore[union-attr]
+                query, session_id=session_id, principal=caller, filters=given, max_chars=max_chars, cursor=cursor
+            )
         except LookupToolError as err:
             raise ToolError(str(err)) from err
         except Exception as err:  # a crash inside the pipeline: still a tool error, never a dead server
@@ -229,7 +253,10 @@ def _name_the_knowledge(fn: Any, names: list[str], required: bool) -> None:
 
 
 def build_server(
-    tool: LookupKnowledgeTool | Sequence[LookupKnowledgeTool] | None, *, log_level: str = "WARNING"
+    tool: LookupKnowledgeTool | Sequence[LookupKnowledgeTool] | None,
+    *,
+    log_level: str = "WARNING",
+    principal: Principal | None = None,
 ) -> MCPServer:
     """
     Build the MCP server around the lookup tool of one knowledge base, or of several.
@@ -243,8 +270,12 @@ def build_server(
         services named: `KnowledgeService.name`). None: the server initializes and lists its tools, with the built-in
         filter keys, but has nothing to answer with.
     :param log_level: The SDK's log level (logs go to stderr).
+    :param principal: Whom calls without an HTTP request are for (stdio: `serve --as`; default `ANONYMOUS`, public
+        pages only). Over HTTP every call is for the principal its request identified (`CallerMiddleware`). The
+        resource `knowledge://facets` (which the SDK serves without a request) is always what `ANONYMOUS` may read.
     :returns: The server.
     """
+    default = principal or ANONYMOUS
     server: MCPServer = MCPServer(
         SERVER_NAME,
         instructions=SERVER_INSTRUCTIONS,
@@ -256,7 +287,7 @@ def build_server(
     )
     read_only = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
     for each in tools or [None]:  # type: ignore[list-item]
-        _lookup_tool(server, each, read_only)
+        _lookup_tool(server, each, read_only, default)
     several = catalog is not None and catalog.several
     names = catalog.names() if catalog is not None else []
 
@@ -269,20 +300,22 @@ def build_server(
         except UnknownKnowledgeError as err:
             raise ToolError(str(err)) from err
 
-    def every_facets(session_id: str | None) -> dict[str, Any]:
-        facets = [known.facets(session_id=session_id) for known in catalog or []]
+    def every_facets(session_id: str | None, caller: Principal) -> dict[str, Any]:
+        facets = [known.facets(session_id=session_id, principal=caller) for known in catalog or []]
         return {"knowledgeBases": facets} if several else facets[0]
 
     def list_facets(
         session_id: Annotated[str | None, Field(description=_SESSION_DESCRIPTION)] = None,
         knowledge: str | None = None,
+        ctx: Context | None = None,
     ) -> Annotated[CallToolResult, Facets]:
         """What lookups may filter on (categories, tags, declared fields, folders, update days), with document counts
         and sample values, and what the knowledge base holds (documents, chunks, languages, index version)."""
+        caller = _caller(ctx, default)
         try:
             if several and not knowledge:
-                return _structured(every_facets(session_id))
-            body = pick(knowledge).facets(session_id=session_id)
+                return _structured(every_facets(session_id, caller))
+            body = pick(knowledge).facets(session_id=session_id, principal=caller)
             return _structured({"knowledgeBases": [body]} if several else body)
         except ToolError:
             raise
@@ -296,12 +329,14 @@ def build_server(
         max_chars: Annotated[int | None, Field(ge=200, description="The most characters to return.")] = None,
         session_id: Annotated[str | None, Field(description=_SESSION_DESCRIPTION)] = None,
         knowledge: str | None = None,
+        ctx: Context | None = None,
     ) -> Annotated[CallToolResult, EvidenceRead]:
         """Read a cited block whole, with the chunks around it, from the document's current version (`changed` says
         when the document changed since the citation was returned)."""
         chosen = pick(knowledge)
+        caller = _caller(ctx, default)
         try:
-            body = chosen.read_evidence(citation, before, after, max_chars, session_id=session_id)
+            body = chosen.read_evidence(citation, before, after, max_chars, session_id=session_id, principal=caller)
         except Exception as err:
             raise _tool_error("read_evidence", err) from err
         return _read_result(body)
@@ -314,11 +349,13 @@ def build_server(
         max_chars: Annotated[int | None, Field(ge=200, description="The most characters to return.")] = None,
         session_id: Annotated[str | None, Field(description=_SESSION_DESCRIPTION)] = None,
         knowledge: str | None = None,
+        ctx: Context | None = None,
     ) -> Annotated[CallToolResult, DocumentRead]:
         """Read a document, or one of its sections, in order (with the list of its sections)."""
         chosen = pick(knowledge)
+        caller = _caller(ctx, default)
         try:
-            body = chosen.read_document(source, section, max_chars, session_id=session_id)
+            body = chosen.read_document(source, section, max_chars, session_id=session_id, principal=caller)
         except Exception as err:
             raise _tool_error("read_document", err) from err
         return _read_result(body)
@@ -335,8 +372,8 @@ def build_server(
 
     @server.resource(FACETS_URI, name="facets", mime_type="application/json")
     def facets() -> str:
-        """The knowledge base's facets (as the list_facets tool returns them)."""
-        return compact_json(every_facets(None) if catalog is not None else {})
+        """The knowledge base's facets as an anonymous caller may see them (list_facets gives the caller's own)."""
+        return compact_json(every_facets(None, ANONYMOUS) if catalog is not None else {})
 
     return server
 
@@ -475,31 +512,48 @@ def serve_stdio(server: MCPServer) -> None:
     anyio.run(_serve_stdio, server)
 
 
-class BearerTokenMiddleware:
-    """ASGI middleware: every HTTP request must carry `Authorization: Bearer <token>`, else a one-line JSON 401."""
+class CallerMiddleware:
+    """
+    ASGI middleware: identify the caller of every HTTP request (`identify`), or refuse it with a one-line JSON 401.
 
-    def __init__(self, app: Any, token: str, exempt_paths: tuple[str, ...] = ()) -> None:
+    The principal goes into the request's state (`scope["state"]["principal"]`), where the REST routes and the MCP
+    tools read it. Exempt paths (Dify's `/retrieval`, which answers in Dify's error shape) are passed on unidentified
+    and identify their caller themselves.
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        token: str | None,
+        principals: Principals | None = None,
+        exempt_paths: tuple[str, ...] = (),
+    ) -> None:
         """
         Wrap an ASGI app.
 
         :param app: The app.
-        :param token: The expected token.
-        :param exempt_paths: Paths whose route checks the token itself (Dify's `/retrieval`, to answer in Dify's
-            error shape).
+        :param token: The server's bearer token (its callers are anonymous), or None.
+        :param principals: The deployment's principals (their tokens name them), or None.
+        :param exempt_paths: Paths whose route identifies its caller itself.
         """
         self.app = app
         self._token = token
+        self._principals = principals
         self._exempt = exempt_paths
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """Serve one ASGI connection; lifespan events pass through."""
-        guarded = scope["type"] == "http" and scope.get("path") not in self._exempt
-        if guarded and not bearer_token_matches(authorization_header(scope.get("headers") or []), self._token):
-            body = json.dumps({"error": "unauthorized", "detail": f"send Authorization: Bearer <{AUTH_ENV}>"})
+        if scope["type"] != "http" or scope.get("path") in self._exempt:
+            await self.app(scope, receive, send)
+            return
+        caller = identify(authorization_header(scope.get("headers") or []), self._token, self._principals)
+        if caller is None:
+            body = json.dumps({"error": "unauthorized", "detail": f"send Authorization: Bearer <{AUTH_ENV} or yours>"})
             headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
             await send({"type": "http.response.start", "status": 401, "headers": headers})
             await send({"type": "http.response.body", "body": body.encode()})
             return
+        scope.setdefault("state", {})["principal"] = caller
         await self.app(scope, receive, send)
 
 
@@ -528,13 +582,14 @@ def check_token(token: str | None) -> str | None:
     return token
 
 
-def check_bind(host: str, allow_remote: bool, token: str | None) -> None:
+def check_bind(host: str, allow_remote: bool, token: str | None, principals: Principals | None = None) -> None:
     """
     Refuse to serve beyond loopback unless asked to, with a token.
 
     :param host: The bind address.
     :param allow_remote: The operator's explicit consent (`--allow-remote`).
     :param token: The bearer token (`LOOKUP_KNOWLEDGE_TOKEN`).
+    :param principals: The deployment's principals: their tokens count as a token.
     :raises ValueError: If a non-loopback host lacks `allow_remote` or a token, with the fix.
     """
     if host in LOOPBACK_HOSTS:
@@ -542,7 +597,7 @@ def check_bind(host: str, allow_remote: bool, token: str | None) -> None:
     if not allow_remote:
         msg = f"--host {host} is not a loopback address; serving beyond this machine needs --allow-remote"
         raise ValueError(msg)
-    if not token:
+    if not token and not principals:
         msg = f"--host {host} needs a bearer token: set {AUTH_ENV} (every request must then send it)"
         raise ValueError(msg)
 
@@ -580,6 +635,7 @@ def http_app(
     token: str | None = None,
     allowed_hosts: list[str] | None = None,
     service: KnowledgeService | Catalog | None = None,
+    principals: Principals | None = None,
 ) -> Any:
     """
     The HTTP ASGI app: streamable HTTP at `/mcp` and, given a service, the REST routes beside it (one Starlette app,
@@ -591,13 +647,16 @@ def http_app(
     :param allowed_hosts: More Host header values to serve (`name` or `name:port`).
     :param service: The REST routes' service, the tool's (`pipelines.service.KnowledgeService`), or the catalog of
         several knowledge bases; None serves `/mcp` only.
+    :param principals: The deployment's principals: a request sending one's token is served as it
+        (`CallerMiddleware`); any other is anonymous (public pages only) or, with a token or principals set and a
+        token that names no one, refused.
     :returns: The ASGI app.
     :raises ValueError: If the token is one no request could send (`check_token`).
     """
     token = check_token(token)
     security = transport_security(host, allowed_hosts)
     mcp_app = server.streamable_http_app(streamable_http_path=HTTP_PATH, transport_security=security, host=host)
-    routes = rest_routes(service, security, token) if service is not None else []
+    routes = rest_routes(service, security, token, principals) if service is not None else []
     # the MCP app's own routes (it has no middleware without the SDK's OAuth) and its lifespan, which runs the
     # session manager: a Mount would hand unknown paths to the inner app's plain-text 404
     app = Starlette(
@@ -605,7 +664,7 @@ def http_app(
         lifespan=mcp_app.router.lifespan_context,
         exception_handlers={HTTPException: _http_error},
     )
-    return BearerTokenMiddleware(app, token, exempt_paths=(RETRIEVAL_PATH,) if routes else ()) if token else app
+    return CallerMiddleware(app, token, principals, exempt_paths=(RETRIEVAL_PATH,) if routes else ())
 
 
 def _named_tool(
@@ -630,6 +689,8 @@ def serve(
     tool_name: str | None = None,
     tool_description: str | None = None,
     knowledge: list[tuple[str, str]] | None = None,
+    principals_path: str | Path | None = None,
+    as_principal: str | None = None,
 ) -> None:
     """
     Load the lookup pipeline once and serve `lookup_knowledge` until the client disconnects (stdio) or the process
@@ -654,8 +715,14 @@ def serve(
     :param knowledge: Several knowledge bases to serve, as `(name, data folder)` pairs (`--knowledge NAME=DIR`):
         each gets its lookup tool `lookup_<name>` described from its own facets; `data_dir`, `tool_name` and
         `tool_description` are then not used.
-    :raises ValueError: If `transport` is unknown, the pipeline file is not a pipeline, the bind is refused, or the
-        HTTP token is one no request could send (`check_token`).
+    :param principals_path: The principals file (default: `LOOKUP_KNOWLEDGE_PRINCIPALS`, else `principals.yaml` in
+        the data folder): over HTTP a request sending one's token is served as that principal, any other anonymously
+        (public pages only).
+    :param as_principal: Over stdio, the principal every call is for (a name in the principals file; default:
+        anonymous). Over HTTP each request says who it is, so this is refused.
+    :raises ValueError: If `transport` is unknown, the pipeline file is not a pipeline, the bind is refused, the
+        HTTP token is one no request could send (`check_token`), the principals file is not valid, or `as_principal`
+        is not in it or is given for HTTP.
     :raises FileNotFoundError: If the pipeline file does not exist.
     """
     if transport not in ("stdio", "http"):
@@ -669,6 +736,11 @@ def serve(
     if knowledge and (tool_name or tool_description):
         msg = "--tool-name and --tool-description name one knowledge base; with --knowledge each is lookup_<name>"
         raise ValueError(msg)
+    principals = Principals.load(principals_path or Principals.default_path(Deployment.resolve(data_dir).data_dir))
+    if as_principal and transport == "http":
+        msg = "--as is for stdio: over HTTP each request is its token's principal (or anonymous)"
+        raise ValueError(msg)
+    caller = principals.get(as_principal) if as_principal else ANONYMOUS
 
     def load() -> list[LookupKnowledgeTool]:
         if not knowledge:
@@ -681,24 +753,25 @@ def serve(
     if transport == "stdio":
         with _stdout_to_stderr():  # loading may start Milvus Lite; nothing it prints may reach the protocol stream
             tools = load()
-        serve_stdio(build_server(tools))
+        serve_stdio(build_server(tools, principal=caller))
         return
     secret = token if token is not None else Secret.from_env_var(AUTH_ENV, strict=False)
     bearer = check_token(secret.resolve_value())  # both before loading anything
-    check_bind(host, allow_remote, bearer)
+    check_bind(host, allow_remote, bearer, principals)
     tools = load()
     server = build_server(tools, log_level="INFO")
     logger.info(
         "Serving {tool} over streamable HTTP at http://{host}:{port}{path}, REST at /lookup, /retrieval (Dify), "
-        "/health, /openapi.json (bearer token {auth})",
+        "/health, /openapi.json (bearer token {auth}; {principals} principals)",
         tool=", ".join(t.name for t in tools),
         host=host,
         port=port,
         path=HTTP_PATH,
         auth="required" if bearer else "off: loopback only",
+        principals=len(principals.names()),
     )
     import uvicorn
 
     catalog = Catalog({t.service.name: t.service for t in tools} if knowledge else tools[0].service)
-    app = http_app(server, host, bearer, allowed_hosts, service=catalog)
+    app = http_app(server, host, bearer, allowed_hosts, service=catalog, principals=principals or None)
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()

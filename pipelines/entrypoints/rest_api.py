@@ -27,9 +27,11 @@ application/json` (415); a Host header that is not served (421, DNS-rebinding pr
 hosts) or a foreign `Origin` (403). `/lookup` and the others answer `{"error": <word>, "detail": <reason>}`;
 `/retrieval` answers in Dify's shape. A lone surrogate in a string of the body (JSON's `"\\ud800"`, not Unicode text)
 is read as its escape, the six characters `\\ud800`, as the trace store stores it: the lookup runs on that text, is
-recorded once, and its answer can be sent. With a bearer token set (`LOOKUP_KNOWLEDGE_TOKEN`), `BearerTokenMiddleware`
-guards every route but `/retrieval`, which checks the same token itself to answer Dify's 1001/1002 (403); both compare
-with `bearer_token_matches`. Pipeline runs are blocking: they run in a worker thread.
+recorded once, and its answer can be sent. Every request is served as a principal (`pipelines.access`): the one whose
+token it sends (the principals file), else anonymous (public pages only). With a bearer token set
+(`LOOKUP_KNOWLEDGE_TOKEN`, anonymous) or principals, `CallerMiddleware` identifies the caller of every route and refuses
+what it cannot (401) but on `/retrieval`, which identifies its caller itself to answer Dify's 1001/1002 (403); both
+use `identify`. Pipeline runs are blocking: they run in a worker thread.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from components.core.lookup_result import LookupResult
+from pipelines.access import ANONYMOUS, Principal, Principals
 from pipelines.catalog import Catalog, UnknownKnowledgeError
 from pipelines.entrypoints.dify_knowledge import (
     ERROR_CODES,
@@ -74,7 +77,9 @@ __all__ = [
     "JsonTooDeepError",
     "authorization_header",
     "bearer_token_matches",
+    "caller_of",
     "escape_lone_surrogates",
+    "identify",
     "load_json",
     "openapi_document",
     "rest_routes",
@@ -391,20 +396,58 @@ def bearer_token_matches(header: bytes, token: str) -> bool:
     return credentials is not None and hmac.compare_digest(credentials, token.encode("utf-8"))
 
 
-def retrieval_auth(header: bytes, token: str | None) -> None:
+def identify(header: bytes, token: str | None, principals: Principals | None = None) -> Principal | None:
     """
-    Dify's authorization check on `/retrieval` (`bearer_token_matches`, as on every other route).
+    Who a request is, by its `Authorization` header: the one check of every route and of `/mcp`.
+
+    - a principal's token (the principals file, compared by hash) is that principal;
+    - the server's bearer token (`LOOKUP_KNOWLEDGE_TOKEN`, compared with `bearer_token_matches`) is anonymous;
+    - no header is anonymous when the server has no bearer token, else no one;
+    - any other token is no one when the server has a token or principals (never quietly anonymous), and is ignored
+      when it has neither (a loopback server without any: every caller is anonymous).
 
     :param header: The `Authorization` header as sent.
-    :param token: The server's bearer token, or None (loopback only: every caller is served).
-    :raises ApiError: Dify's 1001 (no `Bearer <key>`) or 1002 (another key), both 403.
+    :param token: The server's bearer token, or None.
+    :param principals: The deployment's principals, or None.
+    :returns: The principal (`ANONYMOUS`: public pages only), or None for a request that must be refused.
     """
-    if token is None:
-        return
-    if bearer_credentials(header) is None:
-        raise dify_error(1001)
-    if not bearer_token_matches(header, token):
-        raise dify_error(1002)
+    credentials = bearer_credentials(header)
+    if credentials is None:
+        return ANONYMOUS if token is None else None
+    if token is not None and bearer_token_matches(header, token):
+        return ANONYMOUS
+    if principals:
+        found = principals.by_token(credentials.decode("utf-8", "replace"))
+        if found is not None:
+            return found
+    return None if token is not None or principals else ANONYMOUS
+
+
+def caller_of(request: Request) -> Principal:
+    """
+    The principal `CallerMiddleware` identified for a request.
+
+    :param request: The request.
+    :returns: Its principal; `ANONYMOUS` when no middleware identified it (fail closed: public pages only).
+    """
+    found = request.scope.get("state", {}).get("principal")
+    return found if isinstance(found, Principal) else ANONYMOUS
+
+
+def retrieval_caller(header: bytes, token: str | None, principals: Principals | None) -> Principal:
+    """
+    Dify's authorization check on `/retrieval` (`identify`, as on every other route).
+
+    :param header: The `Authorization` header as sent.
+    :param token: The server's bearer token, or None.
+    :param principals: The deployment's principals, or None.
+    :returns: The caller.
+    :raises ApiError: Dify's 1001 (no `Bearer <key>` where one is needed) or 1002 (a key that names no one), both 403.
+    """
+    caller = identify(header, token, principals)
+    if caller is not None:
+        return caller
+    raise dify_error(1001 if bearer_credentials(header) is None else 1002)
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -433,7 +476,10 @@ def _picked(catalog: Catalog, name: str | None) -> KnowledgeService:
 
 
 def rest_routes(
-    service: KnowledgeService | Catalog, security: TransportSecuritySettings, token: str | None = None
+    service: KnowledgeService | Catalog,
+    security: TransportSecuritySettings,
+    token: str | None = None,
+    principals: Principals | None = None,
 ) -> list[Route]:
     """
     The REST routes, to serve beside `/mcp` (`pipelines.entrypoints.mcp_server.http_app`) or on their own.
@@ -442,7 +488,8 @@ def rest_routes(
         reads take `knowledge`, `/facets` lists them all without `?knowledge=`, `/health` answers for each, Dify's
         `knowledge_id` is a knowledge base's name).
     :param security: Allowed Host and Origin headers (the MCP endpoint's).
-    :param token: The bearer token: `/retrieval` checks it (the others rely on `BearerTokenMiddleware`).
+    :param token: The bearer token: `/retrieval` checks it (the others rely on `CallerMiddleware`).
+    :param principals: The deployment's principals: `/retrieval` identifies its caller by them.
     :returns: `/lookup`, `/retrieval`, `/health`, `/facets`, `/read_evidence`, `/read_document` and `/openapi.json`.
     """
     check_host = HostCheck(security)
@@ -460,6 +507,7 @@ def rest_routes(
                 filters=payload.filters,
                 max_chars=payload.max_chars,
                 cursor=payload.cursor,
+                principal=caller_of(request),
             )
         )
         return JSONResponse(result, status_code=LOOKUP_STATUS.get(result.get("evidenceStatus", ""), 200))
@@ -468,8 +516,9 @@ def rest_routes(
         await check_host(request)
         name = request.query_params.get("knowledge")
         chosen = list(catalog) if catalog.several and not name else [_picked(catalog, name)]
+        caller = caller_of(request)
         try:
-            every = [await run_in_threadpool(known.facets) for known in chosen]
+            every = [await run_in_threadpool(functools.partial(known.facets, principal=caller)) for known in chosen]
         except Exception as err:  # an unreadable knowledge index: unavailable, with the reason, as /health says
             raise ApiError(503, "unavailable", _one_line(err)) from None
         return JSONResponse({"knowledgeBases": every} if catalog.several and not name else every[0])
@@ -482,9 +531,15 @@ def rest_routes(
         await check_host(request)
         payload = parse_body(ReadEvidenceRequest, await read_json(request))
         chosen = _picked(catalog, payload.knowledge)
+        caller = caller_of(request)
         return await answer_read(
             lambda: chosen.read_evidence(
-                payload.citation, payload.before, payload.after, payload.max_chars, session_id=payload.session_id
+                payload.citation,
+                payload.before,
+                payload.after,
+                payload.max_chars,
+                session_id=payload.session_id,
+                principal=caller,
             )
         )
 
@@ -492,15 +547,16 @@ def rest_routes(
         await check_host(request)
         payload = parse_body(ReadDocumentRequest, await read_json(request))
         chosen = _picked(catalog, payload.knowledge)
+        caller = caller_of(request)
         return await answer_read(
             lambda: chosen.read_document(
-                payload.source, payload.section, payload.max_chars, session_id=payload.session_id
+                payload.source, payload.section, payload.max_chars, session_id=payload.session_id, principal=caller
             )
         )
 
     async def retrieval_route(request: Request) -> Response:
         await check_host(request)
-        retrieval_auth(authorization_header(request.headers.raw), token)
+        caller = retrieval_caller(authorization_header(request.headers.raw), token, principals)
         payload = parse_body(RetrievalRequest, await read_json(request))
         chosen = catalog.for_knowledge_id(payload.knowledge_id)
         if chosen is None:
@@ -510,14 +566,14 @@ def rest_routes(
             metadata_filter = compile_filter(payload.metadata_condition, declared)
         except ValueError as err:
             raise dify_error(4001, f"invalid request: {err}") from None
-        documents = await run_in_threadpool(chosen.documents)
+        documents = await run_in_threadpool(functools.partial(chosen.documents, principal=caller))
         filters = None
         if metadata_filter.on_documents:  # search within the matching documents, not only filter what comes back
             sources = matching_sources(metadata_filter, documents)
             if not sources:
                 return JSONResponse({"records": []})
             filters = {"source": sources}
-        lookup = functools.partial(chosen.lookup, payload.query, None, filters=filters)
+        lookup = functools.partial(chosen.lookup, payload.query, None, filters=filters, principal=caller)
         result = await run_in_threadpool(lookup)
         status = LOOKUP_STATUS.get(str(result.get("evidenceStatus")))
         if status is not None:  # rejected (4221) or failed (5031): recorded, and an error for Dify

@@ -28,6 +28,7 @@ from components.core.scores import document_key
 from components.store.knowledge_collection import KnowledgeCollection
 from components.store.knowledge_index import KnowledgeIndex
 from pipelines import load_pipeline, lookup_with_details
+from pipelines.access import LOCAL_OPERATOR, Principal
 from pipelines.indexing import KnowledgeIndexer
 from pipelines.settings import DEFAULT_LOOKUP_PIPELINE, Deployment
 
@@ -178,12 +179,14 @@ def _document_of(index_path: Path) -> Callable[[str], str]:
     return document
 
 
-def _pipeline_runner(pipeline: Pipeline, index_path: Path, log: list[_Observed]) -> Callable[[str], Answer]:
-    """Each query through the pipeline; what eval needs is read off what its trace row records."""
+def _pipeline_runner(
+    pipeline: Pipeline, index_path: Path, log: list[_Observed], principal: Principal
+) -> Callable[[str], Answer]:
+    """Each query through the pipeline, for `principal`; what eval needs is read off what its trace row records."""
     document = _document_of(index_path)
 
     def run(query: str) -> Answer:
-        result, details = lookup_with_details(pipeline, query)
+        result, details = lookup_with_details(pipeline, query, principal=principal)
         trace = details.get("retrieval_trace") or {}
         sidecar = details.get("sidecar")
         log.append(
@@ -214,6 +217,7 @@ def evaluate(
     limit: int | None = None,
     baselines: bool = True,
     negatives: list[str | Path] | None = None,
+    principal: Principal | None = None,
 ) -> dict[str, Any]:
     """
     Index the dataset's knowledge (if not yet indexed) and score its questions with every config.
@@ -227,6 +231,8 @@ def evaluate(
     :param baselines: Also measure `dense` and `bm25` (off only for parameter sweeps).
     :param negatives: Files of unanswerable queries (`eval.jsonl` format, no judgments, `type` such as
         `off-domain`), run besides the dataset's own `negatives.jsonl` when it has one.
+    :param principal: Whom the pipeline's lookups are for (default `LOCAL_OPERATOR`: every page; `eval --as NAME`
+        measures what one principal finds).
     :returns: The report (JSON-ready).
     :raises FileNotFoundError: If the folder lacks `knowledge/` or `eval.jsonl`, or a negatives file is missing.
     """
@@ -259,7 +265,7 @@ def evaluate(
     )
     observed: list[_Observed] = []
     runners: dict[str, Callable[[str], Answer]] = {
-        "pipeline": _pipeline_runner(pipeline, deployment.index_path, observed)
+        "pipeline": _pipeline_runner(pipeline, deployment.index_path, observed, principal or LOCAL_OPERATOR)
     }
     plain = _Baselines(deployment, model, BASELINE_TOP_K, BASELINE_BLOCKS) if baselines else None
     if plain is not None:  # the same collection and schema as the pipeline's

@@ -253,7 +253,7 @@ class TestSidecarFaults:
     ):
         pipeline, url = self._pipeline(knowledge_data, tmp_path, timeout_ms=1_500)
         release = threading.Event()
-        pipeline.get_component("sidecar")._retrieve = lambda query: release.wait(60) and []
+        pipeline.get_component("sidecar")._retrieve = lambda query, hidden: release.wait(60) and []
         try:
             answers, seconds = [], []
             for question in SIDECAR_QUESTIONS:
@@ -268,7 +268,7 @@ class TestSidecarFaults:
         assert statuses[:2] == ["timeout", "skipped"]
 
 
-def _raise_runtime_error(query):
+def _raise_runtime_error(query, hidden):
     raise RuntimeError("sidecar store lost")
 
 

@@ -309,3 +309,91 @@ class TestSessionEvidenceFilter:
         out = make_filter(database_url=seeded).run(documents=[_doc("a.md#0"), _doc("x.md#0")], session_id=" s1\t")
         assert _keys(out["documents"]) == ["x.md#0"]
         assert out["session_summary"]["session_id"] == "s1"
+
+
+def _principal_row(session_id: str, principal: str | None, keys: list[str]) -> ToolInvocation:
+    row = _row(session_id, keys)
+    row.principal = principal
+    return row
+
+
+class TestPrincipals:
+    def test_principal_is_an_optional_run_input(self):
+        sockets = SessionEvidenceFilter().__haystack_input__._sockets_dict
+        assert "principal" in sockets and not sockets["principal"].is_mandatory
+
+    @pytest.mark.integration
+    def test_principals_with_the_same_session_id_do_not_share_memory(self, db_url, make_filter):
+        """alice's returned evidence is held back from alice's next lookup only, never from bob's or anyone's."""
+        docs = [_doc("alerts/disk.md#0"), _doc("alerts/disk.md#1")]
+        session_filter = make_filter(database_url=db_url)
+        assembler = LookupResultAssembler()
+        recorder = TraceRecorder(database_url=db_url)
+
+        def lookup(principal: str | None) -> dict:
+            filtered = session_filter.run(documents=docs, session_id="s1", principal=principal)
+            kept = filtered["documents"]
+            assembled = assembler.run(
+                query="disk full",
+                documents=kept,
+                context_pack=ContextPacker().run(documents=kept)["context_pack"],
+                retrieval_trace={"attempts": [{"name": "unfiltered", "mode": "dense", "candidate_count": 2}]},
+                rerank_trace={},
+                dedup_summary={"candidate_count": len(docs)},
+                session_summary=filtered["session_summary"],
+                session_id="s1",
+            )
+            out = recorder.run(result=assembled["result"], details=assembled["details"], principal=principal)
+            assert out["result"]["traceId"] is not None
+            return out["result"]
+
+        assert lookup("alice")["evidenceStatus"] == "evidence"
+        assert lookup("bob")["evidenceStatus"] == "evidence"  # alice's evidence is not suppressed for bob
+        assert lookup(None)["evidenceStatus"] == "evidence"  # nor for an anonymous caller of session s1
+        assert lookup("alice")["evidenceStatus"] == "already_returned"  # alice's own second call is
+        assert lookup("bob")["evidenceStatus"] == "already_returned"
+        assert lookup("")["evidenceStatus"] == "already_returned"  # empty: the anonymous caller
+        assert lookup("carol")["evidenceStatus"] == "evidence"
+        recorder.close()
+
+    @pytest.mark.integration
+    def test_the_summary_counts_the_principals_memory_only(self, db_url, make_filter):
+        store = TraceStore(db_url)
+        store.write(_principal_row("s1", "alice", ["a.md#0", "b.md#0"]))
+        store.write(_principal_row("s1", "bob", ["c.md#0"]))
+        store.close()
+        docs = [_doc("a.md#0"), _doc("c.md#0"), _doc("x.md#0")]
+        session_filter = make_filter(database_url=db_url)
+        alice = session_filter.run(documents=docs, session_id="s1", principal="alice")
+        assert _keys(alice["documents"]) == ["c.md#0", "x.md#0"]
+        assert alice["session_summary"]["suppressed"] == ["a.md#0"]
+        assert alice["session_summary"]["previously_returned"] == 2
+        bob = session_filter.run(documents=docs, session_id="s1", principal="bob")
+        assert _keys(bob["documents"]) == ["a.md#0", "x.md#0"] and bob["session_summary"]["previously_returned"] == 1
+        anonymous = session_filter.run(documents=docs, session_id="s1")
+        assert _keys(anonymous["documents"]) == _keys(docs)
+
+    @pytest.mark.integration
+    def test_anonymous_rows_recorded_before_principals_keep_their_memory(self, seeded, make_filter):
+        docs = [_doc("a.md#0"), _doc("x.md#0")]
+        session_filter = make_filter(database_url=seeded)
+        assert _keys(session_filter.run(documents=docs, session_id="s1")["documents"]) == ["x.md#0"]
+        assert _keys(session_filter.run(documents=docs, session_id="s1", principal="")["documents"]) == ["x.md#0"]
+        alice = session_filter.run(documents=docs, session_id="s1", principal="alice")
+        assert _keys(alice["documents"]) == ["a.md#0", "x.md#0"]
+
+    @pytest.mark.integration
+    def test_spooled_rows_count_for_their_principal_while_the_database_is_down(self, tmp_path, make_filter):
+        spool = tmp_path / "spool.jsonl"
+        down = TraceStore(_blocked_url(tmp_path), spool_path=str(spool))
+        down.write(_principal_row("s1", "alice", ["alice.md#0"]))
+        down.write(_principal_row("s1", None, ["anonymous.md#0"]))
+        down.close()
+        docs = [_doc("alice.md#0"), _doc("anonymous.md#0")]
+        session_filter = make_filter(database_url=_blocked_url(tmp_path), spool_path=str(spool))
+        alice = session_filter.run(documents=docs, session_id="s1", principal="alice")
+        assert _keys(alice["documents"]) == ["anonymous.md#0"] and "partial" in alice["session_summary"]["error"]
+        bob = session_filter.run(documents=docs, session_id="s1", principal="bob")
+        assert _keys(bob["documents"]) == ["alice.md#0", "anonymous.md#0"]
+        anonymous = session_filter.run(documents=docs, session_id="s1")
+        assert _keys(anonymous["documents"]) == ["alice.md#0"]

@@ -7,6 +7,7 @@ import pytest
 from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 
+from components.core.citation import chunk_ids
 from components.evidence.supersession_resolver import SupersessionResolver
 from components.store.knowledge_collection import KnowledgeCollection
 from components.store.knowledge_index import IndexedDocument, KnowledgeIndex
@@ -129,3 +130,16 @@ class TestSupersessionResolver:
         assert all(d.meta["stale"] for d in out["documents"]) and "stale" not in blocks[0].meta
         never, _ = make([_page("a.md", updated=OLD)], review_age_days=None)
         assert "stale" not in never.run(documents=[_block("a.md")], query_embedding=[0.1])["documents"][0].meta
+
+    def test_a_successor_hidden_from_the_caller_is_no_successor_and_is_not_named(self, make):
+        pages = [_page("v1.md", status="superseded", superseded_by="v2.md"), _page("v2.md", access=["finance"])]
+        resolver, collection = make(pages)
+        hidden = chunk_ids("v2.md", "v1", 2)
+        out = resolver.run(documents=[_block("v1.md")], query_embedding=[0.1], hidden=hidden)
+        [block] = out["documents"]
+        assert block.meta["superseded"] is True and collection.fetched == []  # never read for this caller
+        assert "v2" not in str(block.meta) and out["lifecycle"]["superseded"] == ["v1.md"]
+        assert out["lifecycle"]["replaced"] == [] and out["lifecycle"]["dropped"] == []
+        # for a caller who may read it, the successor is looked up (this fake store then finds none of its chunks)
+        resolver.run(documents=[_block("v1.md")], query_embedding=[0.1], hidden=[])
+        assert collection.fetched == [hidden]

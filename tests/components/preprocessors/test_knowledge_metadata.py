@@ -87,6 +87,26 @@ class TestKnowledgeMetadata:
         restored = component_from_dict(KnowledgeMetadata, data, "m")
         assert (restored.updated_fields, restored.filterable_fields) == (["changed"], ["team"])
 
+    @pytest.mark.parametrize(
+        ("value", "groups"),
+        [
+            (None, []),
+            (["Finance", " hr ", "finance"], ["finance", "hr"]),
+            ("finance, hr", ["finance", "hr"]),
+            ([], ["*"]),  # set, naming no group: fails closed, only a caller holding every group reads it
+            ({"team": "x"}, ["*"]),
+            ("  ", ["*"]),
+        ],
+    )
+    def test_access_groups_are_normalized_and_a_field_naming_none_fails_closed(self, value, groups):
+        meta = {"source": "a.md"} if value is None else {"source": "a.md", "access": value}
+        [doc] = _run(Document(content="# A\ntext", meta=meta))["documents"]
+        assert doc.meta["access"] == groups
+        data = component_to_dict(KnowledgeMetadata(access_fields=["visibility"]), "m")
+        assert component_from_dict(KnowledgeMetadata, data, "m").access_fields == ["visibility"]
+        with pytest.raises(ValueError, match="access_fields"):
+            KnowledgeMetadata(access_fields=[""])
+
     def test_a_page_of_front_matter_only_is_its_description_or_skipped_with_why(self):
         section = Document(content="\n\n", meta={"source": "install/_index.md", "description": "Install Hugo."})
         empty = Document(content="", meta={"source": "install/empty.md", "title": "Empty"})

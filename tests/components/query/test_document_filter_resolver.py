@@ -8,6 +8,7 @@ import pytest
 from haystack.core.serialization import component_from_dict, component_to_dict
 
 from components.core.citation import chunk_ids
+from components.core.frozen import FrozenList
 from components.query.document_filter_resolver import (
     BUILT_IN_KEYS,
     MATCHES_NOTHING,
@@ -183,3 +184,38 @@ class TestDocumentFilterResolver:
         index = KnowledgeIndex(documents=DOCS)
         assert available_values(index, "source_prefix")[0] == {"value": "alerts/", "documents": 2}
         assert {v["value"] for v in available_values(index, "updated_after")} == {"2026-03-01", "2025-12-31"}
+
+    def test_pages_a_caller_may_not_read_are_hidden_matched_and_counted_for_it_only(self, tmp_path):
+        pages = [
+            *DOCS,
+            _doc("finance/payroll.md", category="treasury", keywords=["payroll"], access=["finance"]),
+            _doc("hr/salary.md", category="alerts", access=["hr", "finance"]),
+        ]
+        path = tmp_path / "index.json"
+        KnowledgeIndex(documents=pages).save(path)
+        resolver = DocumentFilterResolver(index_path=str(path))
+        by_source = {d.source: d for d in pages}
+
+        def ids(*sources):
+            return sorted(c for s in sources for c in chunk_ids(s, by_source[s].doc_version, by_source[s].chunks))
+
+        assert sorted(resolver.run()["hidden"]) == ids("finance/payroll.md", "hr/salary.md")  # anonymous: public only
+        assert sorted(resolver.run(groups=["hr"])["hidden"]) == ids("finance/payroll.md")
+        assert sorted(resolver.run(groups=[" FINANCE "])["hidden"]) == []  # groups compare casefolded
+        assert list(resolver.run(groups=["*"])["hidden"]) == []
+        # a filter naming a page the caller may not read matches nothing, and names no such page or value
+        out = resolver.run(filters={"source": "finance/payroll.md"}, groups=["hr"])
+        assert out["filters"] == MATCHES_NOTHING and out["filter_report"]["documents"] == 0
+        assert "payroll" not in str(out["filter_report"]["available"])
+        category = resolver.run(filters={"category": "treasury"})["filter_report"]
+        assert "treasury" not in str(category["available"]) and category["documents"] == 0
+        # a category filter still leaves the unreadable pages of that category out (hidden, inside the query)
+        alerts = resolver.run(filters={"category": "alerts"})
+        assert alerts["filter_report"]["documents"] == 2 and set(ids("hr/salary.md")) <= set(alerts["hidden"])
+        assert resolver.run(filters={"access": "finance"}, groups=["finance"])["filter_report"]["documents"] == 2
+        # a refused filter still hides what the caller may not read
+        assert sorted(resolver.run(filters={"nope": 1})["hidden"]) == ids("finance/payroll.md", "hr/salary.md")
+
+    def test_the_hidden_list_is_one_read_only_value_per_caller_groups(self, resolver):
+        first, again = resolver.run(groups=["a"])["hidden"], resolver.run(groups=["a"])["hidden"]
+        assert isinstance(first, FrozenList) and first is again  # handed on without a copy

@@ -340,3 +340,29 @@ class TestL0HintProvider:
             every = {term for term in provider._index.terms if mentions(folded, term)}
             assert {t for t in provider._index.candidates(folded.casefold()) if mentions(folded, t)} == every
         assert len(provider._index.candidates("cpu")) < len(provider._index.terms)
+
+    def test_hints_come_only_from_pages_the_caller_may_read(self, tmp_path):
+        secret = _doc(
+            "payroll",
+            title="Zeta Payroll Runbook",
+            category="treasury",
+            keywords=["payroll"],
+            entities=["zeta-bank"],
+            access=["finance"],
+        )
+        path = _write(tmp_path / "index.json", [*BASE_DOCS, secret])
+        provider = L0HintProvider(index_path=path)
+        provider.warm_up()
+        query = "zeta payroll runbook for treasury via zeta-bank"
+        anonymous = provider.run(query=query)
+        assert anonymous["hints"] == L0HintProvider.empty_hints() and anonymous["category_filter"] == ""
+        assert provider.run(query=query, groups=["hr"])["hints"] == L0HintProvider.empty_hints()
+        member = provider.run(query=query, groups=["Finance"])["hints"]
+        assert member["matched_titles"] == ["Zeta Payroll Runbook"] and member["matched_doc_ids"] == ["payroll"]
+        assert member["entities"] == ["zeta-bank"]
+        # a term public pages have too still matches for everyone, through the public pages only
+        shared = _doc("refund-run", title="Refund runs", category="payments", entities=["zeta-bank"])
+        path = _write(tmp_path / "both.json", [*BASE_DOCS, secret, shared])
+        provider = L0HintProvider(index_path=path)
+        assert provider.run(query="zeta-bank")["hints"]["matched_doc_ids"] == ["refund-run"]
+        assert provider.run(query="zeta-bank", groups=["*"])["hints"]["matched_doc_ids"] == ["payroll", "refund-run"]

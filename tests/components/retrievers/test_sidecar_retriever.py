@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 from haystack.core.serialization import component_from_dict, component_to_dict
 
+from components.core.citation import chunk_ids
 from components.retrievers.sidecar_retriever import SidecarRetriever
 from components.store.knowledge_collection import KnowledgeCollection
+from components.store.knowledge_index import KnowledgeIndex
 from components.store.lexical import lexical_text
 from components.store.milvus_chunk_store import MilvusChunkStore
 from components.store.schema import CollectionSchema
@@ -150,6 +152,17 @@ class TestSidecarRetriever:
         assert main == ["payments/refund.md#1", "faq/plans.md#0", "payments/refund.md#1"]
 
     @pytest.mark.integration
+    @pytest.mark.parametrize("retriever", ["bm25", "dense", "hybrid"])
+    def test_hidden_chunks_are_left_out_of_the_comparison(self, make_sidecar, data_dir, retriever):
+        everything = make_sidecar(retriever=retriever).run(query="退款多久到账")["sidecar"]
+        assert "payments/refund.md" in {r["source"] for r in everything["rows"]}  # found when nothing is hidden
+        refund = KnowledgeIndex.load(data_dir / "knowledge_index.json").by_source()["payments/refund.md"]
+        hidden = chunk_ids(refund.source, refund.doc_version, refund.chunks)
+        kept = make_sidecar(retriever=retriever).run(query="退款多久到账", hidden=hidden)["sidecar"]
+        assert kept["status"] == "ok" and (kept["rows"] or retriever == "bm25")  # BM25: no other Chinese page
+        assert "payments/refund.md" not in {r["source"] for r in kept["rows"]}
+
+    @pytest.mark.integration
     def test_bm25_on_the_in_process_index(self, make_sidecar):
         in_milvus = make_sidecar().run(query="退款多久到账")["sidecar"]
         local = make_sidecar(lexical_source="local").run(query="退款多久到账")["sidecar"]
@@ -234,7 +247,7 @@ class TestSidecarRetriever:
     @pytest.mark.integration
     def test_slow_comparison_is_reported_as_timeout(self, make_sidecar, monkeypatch):
         sidecar = make_sidecar(timeout_ms=50)
-        monkeypatch.setattr(sidecar, "_retrieve", lambda query: time.sleep(1) or [])
+        monkeypatch.setattr(sidecar, "_retrieve", lambda query, hidden: time.sleep(1) or [])
         started = time.perf_counter()
         report = sidecar.run(query="disk full")["sidecar"]
         assert time.perf_counter() - started < 0.9
@@ -244,7 +257,7 @@ class TestSidecarRetriever:
     def test_a_hung_comparison_does_not_slow_the_next_lookups(self, make_sidecar, monkeypatch):
         sidecar = make_sidecar(timeout_ms=100)
         release = threading.Event()
-        monkeypatch.setattr(sidecar, "_retrieve", lambda query: release.wait(10) and [])
+        monkeypatch.setattr(sidecar, "_retrieve", lambda query, hidden: release.wait(10) and [])
         try:
             assert sidecar.run(query="disk full")["sidecar"]["status"] == "timeout"
             started = time.perf_counter()
@@ -256,5 +269,5 @@ class TestSidecarRetriever:
         deadline = time.monotonic() + 5
         while sidecar._pending is not None and not sidecar._pending.done() and time.monotonic() < deadline:
             time.sleep(0.01)
-        monkeypatch.setattr(sidecar, "_retrieve", lambda query: [])
+        monkeypatch.setattr(sidecar, "_retrieve", lambda query, hidden: [])
         assert sidecar.run(query="disk full")["sidecar"]["status"] == "ok"  # once it ends, comparisons resume

@@ -79,3 +79,19 @@ class TestKnowledgeIndex:
         assert ("title", "Job Families") in values and ("title", "Approval Flow") in values
         assert ("keyword", "Manager") in values and ("entity", "Workday") in values and ("category", "hiring") in values
         assert hint_values(_doc("b.md", "", title="退款处理：时效"))[1:] == [("title", "退款处理"), ("title", "时效")]
+
+    def test_a_caller_sees_the_pages_it_may_read_and_public_counts_only(self):
+        docs = [
+            _doc("a.md", "ops", title="Disk Full"),
+            _doc("b.md", "treasury", title="Payroll", access=["finance"]),
+        ]
+        index = KnowledgeIndex(documents=docs)
+        assert index.restricted and not KnowledgeIndex(documents=docs[:1]).restricted
+        public = index.readable_by(frozenset())
+        assert [d.source for d in public.documents] == ["a.md"] and index.readable_by(frozenset()) is public
+        assert index.readable_by(frozenset({"finance"})) is index and index.readable_by(frozenset({"*"})) is index
+        assert index == KnowledgeIndex(documents=docs)  # the cached views are no part of it
+        # the category statistics steer every caller's filter: a restricted page's text and fields are not counted
+        counts = term_category_counts(docs, {"a.md": "payroll runs never fill a disk", "b.md": "disk full of payroll"})
+        assert counts["payroll"] == {"ops": 1} and counts["disk full"] == {"ops": 1}
+        assert counts["treasury"] == {}

@@ -12,6 +12,7 @@ from haystack.core.serialization import component_from_dict, component_to_dict
 
 from components.evidence.context_packer import ContextPacker
 from components.evidence.lookup_result_assembler import LookupResultAssembler
+from components.trace.session_key import session_key
 from components.trace.trace_recorder import TraceRecorder
 from components.trace.trace_store import TraceStore
 
@@ -415,3 +416,64 @@ class TestTraceRecorder:
         assert result["sessionId"] == "s1" and result["traceError"] is None
         assert [r.id for r in read_store.list(session_id="s1")] == [result["traceId"]]
         assert read_store.get(result["traceId"]).session_id == "s1"
+
+
+class TestPrincipal:
+    def test_principal_is_an_optional_run_input(self):
+        sockets = TraceRecorder().__haystack_input__._sockets_dict
+        assert "principal" in sockets and not sockets["principal"].is_mandatory
+
+    @pytest.mark.integration
+    def test_the_principal_is_stored_and_scopes_the_session_key(self, db_url, read_store):
+        recorder = TraceRecorder(database_url=db_url, spool_path=None)
+        mine = recorder.run(*_assembled([_doc(1, "Evidence.")]), principal="alice")["result"]
+        anonymous = recorder.run(*_assembled([_doc(1, "Evidence.")]))["result"]
+        empty = recorder.run(*_assembled([_doc(1, "Evidence.")]), principal="")["result"]
+        recorder.close()
+        assert "principal" not in mine  # the result is unchanged: the caller knows who it is
+        row = read_store.get(mine["traceId"])
+        assert (row.principal, row.session_id, row.session_key) == ("alice", "s1", session_key("s1", "alice"))
+        for out in (anonymous, empty):
+            row = read_store.get(out["traceId"])
+            assert (row.principal, row.session_key) == (None, session_key("s1"))
+        assert [r.id for r in read_store.list(principal="alice")] == [mine["traceId"]]
+
+    @pytest.mark.integration
+    def test_rejections_calls_and_failures_record_the_principal(self, db_url, read_store):
+        recorder = TraceRecorder(database_url=db_url, spool_path=None)
+        rejected = recorder.record_rejection("q", "s1", "bad cursor", principal="alice")
+        call_id, call_error = recorder.record_call(
+            "read_evidence", "a.md#0", "s1", "evidence", {"returned": 1}, found=True, principal="bob"
+        )
+        failed = recorder.record_failure("q", " s1 ", RuntimeError("boom"), principal="carol")
+        anonymous = recorder.record_failure("q", "s1", RuntimeError("boom"))
+        recorder.close()
+        assert call_error is None
+        for row_id, principal in (
+            (rejected["traceId"], "alice"),
+            (call_id, "bob"),
+            (failed["traceId"], "carol"),
+            (anonymous["traceId"], None),
+        ):
+            row = read_store.get(row_id)
+            assert (row.principal, row.session_key) == (principal, session_key("s1", principal))
+        assert {r.principal for r in read_store.list(session_id="s1")} == {"alice", "bob", "carol", None}
+
+    @pytest.mark.integration
+    def test_a_spooled_principals_row_keeps_its_principal_through_the_replay(self, tmp_path):
+        url, blocker = _blocked_url(tmp_path)
+        spool = tmp_path / "spool.jsonl"
+        recorder = TraceRecorder(database_url=url, spool_path=str(spool), retry_after_s=0)
+        down = recorder.run(*_assembled(query="while down"), principal="alice")["result"]
+        assert down["traceId"] is None and down["traceError"] is None
+        assert json.loads(spool.read_text(encoding="utf-8"))["principal"] == "alice"
+        blocker.unlink()
+        up = recorder.run(*_assembled(query="back"))["result"]
+        assert recorder.store.replay().error is None  # whatever the write's background replay left
+        recorder.close()
+        assert isinstance(up["traceId"], int)
+        assert not spool.exists()
+        store = TraceStore(url)
+        assert [(r.query, r.principal) for r in store.list()] == [("back", None), ("while down", "alice")]
+        assert store.list(principal="alice")[0].session_key == session_key("s1", "alice")
+        store.close()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
@@ -14,20 +15,29 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import JSON, Boolean, Column, DateTime, Float, Integer, MetaData, String, Table, create_engine
+from sqlalchemy import JSON, Boolean, Column, DateTime, Float, Integer, MetaData, String, Table, create_engine, inspect
 from sqlmodel import SQLModel
 
 from components.trace import migrate
+from components.trace.session_key import session_key
 from components.trace.trace_store import ToolInvocation, TraceStore, redact_url, storable
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
-def _row(query: str = "q", *, session_id: str | None = "s1", found: bool = True, keys: list[str] | None = None):
+def _row(
+    query: str = "q",
+    *,
+    session_id: str | None = "s1",
+    found: bool = True,
+    keys: list[str] | None = None,
+    principal: str | None = None,
+):
     details: dict[str, Any] = {"evidence_blocks": [{"evidence_key": k, "preview": "p"} for k in (keys or [])]}
     return ToolInvocation(
         tool_name="lookup_knowledge",
         session_id=session_id,
+        principal=principal,
         query=query,
         found=found,
         status="evidence" if found else "no_evidence",
@@ -425,6 +435,7 @@ class TestMigrations:
         store = TraceStore(trace_url)
         assert [r.query for r in store.list()] == ["old row"]
         assert store.list()[0].invocation_id is None
+        assert store.list()[0].principal is None  # an anonymous caller's
         assert isinstance(store.write(_row("new row")), int)
         with store.engine.connect() as conn:
             assert migrate.current_revision(conn) == migrate.HEAD
@@ -673,3 +684,196 @@ def _wait(check, seconds: float) -> bool:
             return True
         time.sleep(0.05)
     return check()
+
+
+def _principal_keys(store: TraceStore, session_id: str, principal: str | None) -> set[str]:
+    keys, error = store.session_memory(session_id, principal)
+    assert error is None
+    return keys
+
+
+def _old_spool_line(query: str, session_id: str, keys: list[str], *, with_session_key: bool = True) -> str:
+    """A row as the spool held it before principals existed: no `principal` (nor, older still, `session_key`)."""
+    data = json.loads(_row(query, session_id=session_id, keys=keys).model_dump_json())
+    del data["principal"]
+    if with_session_key:
+        data["session_key"] = session_key(session_id)
+    else:
+        del data["session_key"]
+    return json.dumps(data)
+
+
+class TestPrincipals:
+    @pytest.mark.integration
+    def test_the_principal_is_stored_and_part_of_the_session_key(self, store):
+        alice = store.get(store.write(_row("mine", principal="alice")))
+        anonymous = store.get(store.write(_row("anyone's")))
+        empty = store.get(store.write(_row("anyone's too", principal="")))
+        assert (alice.principal, anonymous.principal, empty.principal) == ("alice", None, None)
+        assert alice.session_key == session_key("s1", "alice")
+        assert anonymous.session_key == empty.session_key == session_key("s1") == hashlib.sha256(b"s1").hexdigest()
+        assert alice.session_key != anonymous.session_key
+
+    @pytest.mark.integration
+    def test_a_row_tells_whom_it_belongs_to(self, store):
+        alice = store.get(store.write(_row(principal="alice")))
+        anonymous = store.get(store.write(_row()))
+        assert alice.belongs_to("alice")
+        assert not alice.belongs_to("bob") and not alice.belongs_to(None) and not alice.belongs_to("")
+        assert not alice.belongs_to("Alice") and not alice.belongs_to("alice ")  # an identity is exact
+        assert anonymous.belongs_to(None) and anonymous.belongs_to("")
+        assert not anonymous.belongs_to("alice")
+
+    @pytest.mark.integration
+    def test_principals_with_the_same_session_id_never_share_memory(self, store):
+        store.write(_row(session_id="s1", principal="alice", keys=["alice.md#0"]))
+        store.write(_row(session_id="s1", principal="bob", keys=["bob.md#0"]))
+        store.write(_row(session_id="s1", keys=["anonymous.md#0"]))
+        store.write(_row(session_id="s2", principal="alice", keys=["alice-s2.md#0"]))
+        assert _principal_keys(store, "s1", "alice") == {"alice.md#0"}
+        assert _principal_keys(store, "s1", "bob") == {"bob.md#0"}
+        assert _principal_keys(store, "s1", None) == _principal_keys(store, "s1", "") == {"anonymous.md#0"}
+        assert _keys(store, "s1") == {"anonymous.md#0"}  # no principal: as before principals existed
+        assert _principal_keys(store, "s2", "alice") == {"alice-s2.md#0"}
+        assert _principal_keys(store, "s1", "carol") == set()
+
+    @pytest.mark.integration
+    def test_spooled_and_waiting_rows_count_for_their_principal_only(self, tmp_path):
+        url, _ = _blocked_url(tmp_path)
+        spool = tmp_path / "spool.jsonl"
+        down = TraceStore(url, spool_path=str(spool))
+        down.write(_row(session_id="s1", principal="alice", keys=["alice.md#0"]))
+        down.write(_row(session_id="s1", keys=["anonymous.md#0"]))
+        no_spool = TraceStore(url)  # rows wait in memory: no database, no spool
+        try:
+            assert no_spool.record(_row(session_id="s1", principal="bob", keys=["bob.md#0"])).error
+            assert _keys_partial(down, "s1") == {"anonymous.md#0"}
+            for principal, expected in (("alice", {"alice.md#0"}), ("carol", set())):
+                keys, error = down.session_memory("s1", principal)
+                assert error is not None and keys == expected
+            keys, error = no_spool.session_memory("s1", "bob")
+            assert error is not None and keys == {"bob.md#0"}
+            assert no_spool.session_memory("s1", "alice")[0] == set()
+        finally:
+            down.close()
+            no_spool._memory.take()  # drop the waiting row: nothing could ever store it
+            no_spool.close()
+
+    @pytest.mark.integration
+    def test_list_filters_by_principal(self, store):
+        store.write(_row("alice s1", session_id="s1", principal="alice"))
+        store.write(_row("bob s1", session_id="s1", principal="bob"))
+        store.write(_row("anonymous s1", session_id="s1"))
+        store.write(_row("alice s2", session_id="s2", principal="alice"))
+        assert [r.query for r in store.list(principal="alice")] == ["alice s2", "alice s1"]
+        assert [r.query for r in store.list(principal="bob")] == ["bob s1"]
+        assert store.list(principal="carol") == []
+        assert store.list(principal="") == []  # no principal's name: nothing, never every row
+        assert len(store.list()) == 4
+        assert [r.query for r in store.list(limit=1, principal="alice")] == ["alice s2"]
+        assert [r.query for r in store.list(session_id="s1", principal="alice")] == ["alice s1"]
+        assert store.list(session_id="s2", principal="bob") == []
+        # without a principal, a session id is that session of every principal and of anonymous callers
+        assert [r.query for r in store.list(session_id="s1")] == ["anonymous s1", "bob s1", "alice s1"]
+        assert [r.query for r in store.list(session_id="s2")] == ["alice s2"]
+
+    @pytest.mark.integration
+    def test_a_principals_long_session_is_listed_by_its_whole_id(self, store):
+        first, second = "x" * 300 + "-first", "x" * 300 + "-second"
+        store.write(_row("first", session_id=first, principal="alice"))
+        store.write(_row("second", session_id=second, principal="bob"))
+        assert [r.query for r in store.list(session_id=first)] == ["first"]
+        assert [r.query for r in store.list(session_id=second)] == ["second"]
+        assert store.list(session_id=first, principal="bob") == []
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("with_session_key", [True, False])
+    def test_a_row_spooled_before_principals_replays_as_an_anonymous_callers(self, store, tmp_path, with_session_key):
+        spool = tmp_path / "spool.jsonl"
+        line = _old_spool_line("old spooled", "s1", ["old.md#0"], with_session_key=with_session_key)
+        assert "principal" not in json.loads(line)
+        spool.write_text(line + "\n")
+        assert _keys(store, "s1") == {"old.md#0"}  # counted while it waits in the spool
+        assert _principal_keys(store, "s1", "alice") == set()
+        report = store.replay()
+        assert (report.stored, report.rejected, report.error) == (1, 0, None)
+        assert not spool.exists()
+        (row,) = store.list()
+        assert (row.query, row.principal, row.session_key) == ("old spooled", None, session_key("s1"))
+        assert _keys(store, "s1") == {"old.md#0"}
+        assert _principal_keys(store, "s1", "alice") == set()
+
+    @pytest.mark.integration
+    def test_a_spooled_principals_row_without_a_session_key_gets_the_principals_key(self, store, tmp_path):
+        data = json.loads(_row("hand-made", principal="alice", keys=["a.md#0"]).model_dump_json())
+        del data["session_key"]
+        (tmp_path / "spool.jsonl").write_text(json.dumps(data) + "\n")
+        assert store.replay().stored == 1
+        assert store.list()[0].session_key == session_key("s1", "alice")
+        assert _principal_keys(store, "s1", "alice") == {"a.md#0"}
+        assert _keys(store, "s1") == set()
+
+
+class TestPrincipalMigration:
+    @pytest.mark.integration
+    def test_a_database_at_0003_gains_the_principal_column_and_keeps_its_rows(self, trace_url):
+        engine = create_engine(trace_url)
+        assert migrate.upgrade(engine, "0003") == "0003"
+        table = Table("tool_invocation", MetaData(), autoload_with=engine)
+        assert "principal" not in table.c and "session_key" in table.c
+        with engine.begin() as conn:
+            for session_id, key in (("s1", "old-1.md#0"), ("s1", "old-2.md#0"), ("s2", "other.md#0"), (None, "n.md#0")):
+                conn.execute(
+                    table.insert(),
+                    {
+                        "invocation_id": uuid.uuid4().hex,
+                        "created_at": datetime.now(UTC),
+                        "tool_name": "lookup_knowledge",
+                        "session_id": session_id,
+                        "session_key": session_key(session_id),
+                        "query": f"old {key}",
+                        "found": True,
+                        "status": "evidence",
+                        "retrieval_layer": "L1",
+                        "candidate_count": 1,
+                        "evidence_block_count": 1,
+                        "latency_ms": 1.0,
+                        "retrieval_details": {"evidence_blocks": [{"evidence_key": key}]},
+                    },
+                )
+        engine.dispose()
+        store = TraceStore(trace_url)
+        rows = store.list()
+        assert len(rows) == 4 and all(r.principal is None for r in rows)
+        assert _keys(store, "s1") == {"old-1.md#0", "old-2.md#0"}  # old rows keep matching anonymous sessions
+        assert _principal_keys(store, "s1", "alice") == set()
+        assert isinstance(store.write(_row("new", principal="alice", keys=["new.md#0"])), int)
+        assert [r.query for r in store.list(principal="alice")] == ["new"]
+        with store.engine.connect() as conn:
+            assert migrate.current_revision(conn) == migrate.HEAD == "0004"
+            assert "ix_tool_invocation_principal" in {i["name"] for i in inspect(conn).get_indexes("tool_invocation")}
+            context = MigrationContext.configure(conn, opts={"compare_type": True})
+            diff = compare_metadata(context, SQLModel.metadata)
+        assert [d for d in diff if "tool_invocation" in str(d)] == []
+        store.close()
+
+    @pytest.mark.integration
+    def test_the_principal_migration_downgrades_without_losing_rows(self, trace_url):
+        store = TraceStore(trace_url)
+        store.write(_row("anonymous"))
+        store.write(_row("alice's", principal="alice"))
+        store.close()
+        from alembic import command
+
+        engine = create_engine(trace_url)
+        with engine.begin() as conn:
+            command.downgrade(migrate.alembic_config(conn), "0003")
+            assert migrate.current_revision(conn) == "0003"
+        table = Table("tool_invocation", MetaData(), autoload_with=engine)
+        assert "principal" not in table.c
+        with engine.connect() as conn:
+            assert sorted(conn.execute(table.select().with_only_columns(table.c.query)).scalars()) == [
+                "alice's",
+                "anonymous",
+            ]
+        engine.dispose()

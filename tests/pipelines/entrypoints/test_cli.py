@@ -232,3 +232,23 @@ def test_the_index_summary_masks_a_password_in_a_milvus_server_uri(tmp_path, cap
     _print_index_summary(summary, deployment)
     out = capsys.readouterr().out
     assert "Milvus at http://root:***@127.0.0.1:19530," in out and "Milvus-S3cret" not in out
+
+
+class TestPrincipalCommand:
+    def test_add_prints_a_token_once_list_never_shows_one_remove_takes_it_away(self, tmp_path, capsys, monkeypatch):
+        from pipelines.access import PRINCIPALS_ENV, Principals
+
+        monkeypatch.delenv(PRINCIPALS_ENV, raising=False)
+        data = str(tmp_path / "data")
+        assert main(["principal", "add", "alice", "--group", "finance", "--data-dir", data]) == 0
+        token = capsys.readouterr().out.strip()
+        assert Principals.load(tmp_path / "data" / "principals.yaml").by_token(token).name == "alice"  # type: ignore[union-attr]
+        assert main(["principal", "list", "--json", "--data-dir", data]) == 0
+        listed = capsys.readouterr().out
+        assert json.loads(listed) == [{"name": "alice", "groups": ["finance"], "operator": False, "tokens": 1}]
+        assert token not in listed
+        assert main(["principal", "remove", "alice", "--data-dir", data]) == 0
+        assert main(["principal", "remove", "alice", "--data-dir", data]) == 2
+        assert "no principal 'alice'" in capsys.readouterr().err
+        assert main(["ask", "q", "--as", "nobody", "--data-dir", data]) == 2  # refused before anything starts
+        assert "no principal 'nobody'" in capsys.readouterr().err

@@ -142,10 +142,14 @@ class FakeService:
         self.healthy = healthy
         self.calls: list[tuple[Any, Any]] = []
         self.options: list[dict[str, Any]] = []
+        self.principals: list[Any] = []
         self.blocks: list[EvidenceBlock] | None = None
 
-    def lookup(self, query: str, session_id: str | None = None, **options: Any) -> dict[str, Any]:
+    def lookup(
+        self, query: str, session_id: str | None = None, principal: Any = None, **options: Any
+    ) -> dict[str, Any]:
         self.calls.append((query, session_id))
+        self.principals.append(principal)
         self.options.append({k: v for k, v in options.items() if v is not None})
         result = canned(self.status, session_id, self.blocks)
         allowed = (options.get("filters") or {}).get("source")
@@ -156,7 +160,8 @@ class FakeService:
     def filter_keys(self) -> list[str]:
         return [*BUILT_IN_FILTER_KEYS, "severity"]
 
-    def facets(self) -> dict[str, Any]:
+    def facets(self, principal: Any = None) -> dict[str, Any]:
+        self.principals.append(principal)
         if not self.healthy:
             msg = "the knowledge index data/knowledge_index.json is damaged"
             raise ValueError(msg)
@@ -165,7 +170,7 @@ class FakeService:
     def knowledge_ids(self) -> set[str]:
         return {"lookup-knowledge", "knowledge_chunks"}
 
-    def documents(self) -> dict[str, IndexedDocument]:
+    def documents(self, principal: Any = None) -> dict[str, IndexedDocument]:
         return DOCUMENTS
 
     def health(self) -> dict[str, Any]:
@@ -933,3 +938,41 @@ class TestRestApiServer:
             assert health.json()["chunks"] is None and health.json()["error"]
         assert [r.status for r in down.rows(session_id="rest-down")] == ["error"]
         assert [r.status for r in down.rows_of("disk while down")] == ["error"]
+
+
+class TestIdentify:
+    def test_who_a_request_is(self, tmp_path):
+        from pipelines.access import ANONYMOUS, Principals
+        from pipelines.entrypoints.rest_api import identify
+
+        principals = Principals(tmp_path / "p.yaml")
+        alice = principals.add("alice", ["finance"])
+        bearer = {"alice": f"Bearer {alice}".encode(), "shared": b"Bearer shared-token", "other": b"Bearer nope"}
+        # no token and no principals: everyone is anonymous, whatever it sends
+        assert identify(b"", None) is ANONYMOUS and identify(bearer["other"], None) is ANONYMOUS
+        # principals, no shared token: no header is anonymous, a principal's token is it, any other is refused
+        assert identify(b"", None, principals) is ANONYMOUS
+        assert identify(bearer["alice"], None, principals).name == "alice"  # type: ignore[union-attr]
+        assert identify(bearer["other"], None, principals) is None
+        # a shared token: it is anonymous, no header is refused
+        assert identify(bearer["shared"], "shared-token", principals) is ANONYMOUS
+        assert identify(b"", "shared-token", principals) is None
+        assert identify(bearer["alice"], "shared-token", principals).groups == ("finance",)  # type: ignore[union-attr]
+        assert identify(bearer["other"], "shared-token") is None
+
+    def test_routes_hand_the_identified_caller_to_the_service(self, service, tmp_path):
+        from pipelines.access import Principals
+
+        principals = Principals(tmp_path / "p.yaml")
+        token = principals.add("bob", ["hr"])
+        app = http_app(build_server(tool=None), "127.0.0.1", None, service=service, principals=principals)  # type: ignore[arg-type]
+        with TestClient(app, base_url="http://127.0.0.1:8765") as client:
+            assert client.post("/lookup", json={"query": "q"}).status_code == 200
+            client.post("/lookup", json={"query": "q"}, headers={"authorization": f"Bearer {token}"})
+            client.get("/facets", headers={"authorization": f"Bearer {token}"})
+            refused = client.post("/lookup", json={"query": "q"}, headers={"authorization": "Bearer nope"})
+            dify = client.post("/retrieval", json=retrieval_body(), headers={"authorization": "Bearer nope"})
+            served = client.post("/retrieval", json=retrieval_body(), headers={"authorization": f"Bearer {token}"})
+        assert [p.name for p in service.principals] == [None, "bob", "bob", "bob"]
+        assert refused.status_code == 401 and len(service.calls) == 3
+        assert dify.status_code == 403 and dify.json()["error_code"] == 1002 and served.status_code == 200
