@@ -90,3 +90,20 @@ class TestKnowledgeService:
 
         with pytest.raises(ValueError, match="QueryTransformer"):
             KnowledgeService(Pipeline())
+
+
+def test_a_pipeline_without_the_filter_resolver_is_refused_on_a_base_with_restricted_pages(data, tmp_path):
+    from components.store.knowledge_index import KnowledgeIndex
+    from pipelines.api import load_pipeline
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    index = KnowledgeIndex.load(data / "knowledge_index.json")
+    index.documents[0] = index.documents[0].model_copy(update={"access": ["hr"]})
+    index.save(folder / "knowledge_index.json")
+    pipeline = load_pipeline(data_dir=folder, warm_up=False)
+    pipeline.remove_component("filter_resolver")
+    service = KnowledgeService(pipeline, Deployment.resolve(folder))
+    result = service.lookup("disk full")
+    assert result["evidenceStatus"] == "invalid_query" and "DocumentFilterResolver" in result["error"]
+    assert TraceStore(Deployment.resolve(folder).trace_db_url).list()[0].status == "invalid_query"  # recorded
