@@ -384,6 +384,10 @@ class TestLeakHunt:
         assert "ops/backup-v1.md" in found_sources(carol)  # kept, marked: its successor is not carol's to read
         block = next(b for b in carol["evidenceBlocks"] if b["source"] == "ops/backup-v1.md")
         assert block["superseded"] is True and "backup-v2" not in json.dumps(carol)
+        for who in CALLERS:  # the page last reviewed in 2019 is evidence, flagged stale, for everyone
+            handover = next(a for c, a in answers[who] if c == "lookup" and a.get("query") == "on-call handover note")
+            stale = [b for b in handover["evidenceBlocks"] if b["source"] == "ops/handover.md"]
+            assert stale and stale[0]["stale"] is True, who
 
     def test_facets_count_only_what_the_caller_may_read(self, answers):
         def facets(who: str | None) -> dict[str, Any]:
