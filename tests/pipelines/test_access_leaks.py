@@ -443,3 +443,26 @@ class TestLeakHunt:
         assert other.returncode == 2 and f"no tool_invocation row with id {alices.id}" in other.stderr
         operator = cli("trace", "show", str(alices.id), "--json", "--data-dir", data, "--as", "ops", env=env)
         assert operator.returncode == 0 and json.loads(operator.stdout)["principal"] == "alice"
+
+    def test_stdio_serves_as_the_principal_the_operator_names(self, deployed, answers):
+        from mcp import StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
+        async def ask(*extra: str) -> dict[str, Any]:
+            command = ["-m", "pipelines.entrypoints.cli", "serve", "--data-dir", str(deployed.data), *extra]
+            parameters = StdioServerParameters(command=sys.executable, args=command, cwd=REPO_ROOT)
+            with (deployed.data.parent / "stdio.log").open("a") as errlog, anyio.fail_after(STEP_TIMEOUT):
+                async with (
+                    stdio_client(parameters, errlog=errlog) as (read, write),
+                    ClientSession(read, write) as session,
+                ):
+                    await session.initialize()
+                    result = await session.call_tool("lookup_knowledge", {"query": RESTRICTED[3].query})
+                    return dict(result.structured_content or {})
+
+        principals = ("--principals", str(deployed.principals))
+        alice = asyncio.run(ask(*principals, "--as", "alice"))
+        anonymous = asyncio.run(ask(*principals))
+        assert RESTRICTED[3].marker in json.dumps(alice) and not leaks(json.dumps(anonymous), None)
+        refused = cli("serve", "--transport", "http", *principals, "--as", "alice", "--data-dir", str(deployed.data))
+        assert refused.returncode == 2 and "--as is for stdio" in refused.stderr
