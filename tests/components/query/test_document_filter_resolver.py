@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -33,6 +34,11 @@ DOCS = [
 def _ids(*sources: str) -> list[str]:
     by_source = {d.source: d for d in DOCS}
     return [cid for s in sources for cid in chunk_ids(s, by_source[s].doc_version, by_source[s].chunks)]
+
+
+def _sorted_ids(pages: list[IndexedDocument], *sources: str) -> list[str]:
+    by_source = {d.source: d for d in pages}
+    return sorted(c for s in sources for c in chunk_ids(s, by_source[s].doc_version, by_source[s].chunks))
 
 
 @pytest.fixture
@@ -159,10 +165,7 @@ class TestDocumentFilterResolver:
         path = tmp_path / "index.json"
         KnowledgeIndex(documents=pages).save(path)
         resolver = DocumentFilterResolver(index_path=str(path))
-        by_source = {d.source: d for d in pages}
-
-        def ids(*sources):
-            return sorted(c for s in sources for c in chunk_ids(s, by_source[s].doc_version, by_source[s].chunks))
+        ids = functools.partial(_sorted_ids, pages)
 
         assert sorted(resolver.run()["hidden"]) == ids("ops/draft.md", "ops/old.md", "ops/next.md")
         drafts = resolver.run(filters={"status": "draft"})
@@ -194,10 +197,7 @@ class TestDocumentFilterResolver:
         path = tmp_path / "index.json"
         KnowledgeIndex(documents=pages).save(path)
         resolver = DocumentFilterResolver(index_path=str(path))
-        by_source = {d.source: d for d in pages}
-
-        def ids(*sources):
-            return sorted(c for s in sources for c in chunk_ids(s, by_source[s].doc_version, by_source[s].chunks))
+        ids = functools.partial(_sorted_ids, pages)
 
         assert sorted(resolver.run()["hidden"]) == ids("finance/payroll.md", "hr/salary.md")  # anonymous: public only
         assert sorted(resolver.run(groups=["hr"])["hidden"]) == ids("finance/payroll.md")
