@@ -177,6 +177,17 @@ class TestRealDocumentation:
         for page in ("manuals/autogen-blog-llm-tuning-math.html", "manuals/neat-python-xor_example.html"):
             text = "\n".join(c.content for c in _of(chunks, page))
             assert "<script" not in text and "<div" not in text and "function(" not in text
+            assert not text.startswith("---") and "fingerprint:" not in text  # the page's <head> is meta, not text
+
+    def test_an_html_page_is_titled_by_its_title_element_and_its_headings_lose_their_permalinks(self, chunks):
+        blog = _of(chunks, "manuals/autogen-blog-llm-tuning-math.html")
+        assert {c.meta["title"] for c in blog} == {
+            "Does Model and Inference Parameter Matter in LLM Applications? - A Case Study for MATH | AutoGen"
+        }
+        xor = _of(chunks, "manuals/neat-python-xor_example.html")
+        crumbs = {c.meta["breadcrumb"] for c in xor}
+        assert "Overview of the basic XOR example (xor2.py) > Fitness function" in crumbs
+        assert not [c for c in chunks if "¶" in c.meta["breadcrumb"] or "¶" in c.meta["title"]]
 
     def test_plain_text_has_no_headings_and_knows_its_lines(self, indexed, chunks):
         knowledge, _, _ = indexed

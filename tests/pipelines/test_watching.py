@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from tests.served_lookup import post_lookup
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _CLI = [sys.executable, "-m", "pipelines.entrypoints.cli"]
+PAGES = ("alerts/disk-full.md", "alerts/high-cpu.md", "payments/refund-processing.md", "product-faq/data-export.md")
 NEW_PAGE = """---
 title: Vault access
 category: ops
@@ -85,22 +87,26 @@ class TestEstimate:
         assert estimate_of(files, 0.0)["chars_per_second"] == DEFAULT_CHARS_PER_SECOND
 
     @pytest.mark.integration
-    def test_a_run_announces_its_estimate_and_records_its_rate_for_the_next(self, tmp_path: Path, repo_kb_copy):
+    def test_a_run_announces_its_estimate_and_records_its_rate_for_the_next(self, tmp_path: Path):
+        knowledge = tmp_path / "knowledge"
+        for page in PAGES:  # a few real pages: the rate is measured on any size, and a whole base costs half a minute
+            (knowledge / page).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO_ROOT / "knowledge" / page, knowledge / page)
         deployment = Deployment.resolve(tmp_path / "data")
         announced: list[dict] = []
         indexer = KnowledgeIndexer(deployment)
         try:
-            first = indexer.index(repo_kb_copy, progress=False, announce=announced.append)
+            first = indexer.index(knowledge, progress=False, announce=announced.append)
             rate = KnowledgeIndex.load(deployment.index_path).chars_per_second
-            (repo_kb_copy / "alerts" / "vault.md").write_text(NEW_PAGE, encoding="utf-8")
-            second = indexer.index(repo_kb_copy, progress=False, announce=announced.append)
-            third = indexer.index(repo_kb_copy, progress=False, announce=announced.append)
+            (knowledge / "alerts" / "vault.md").write_text(NEW_PAGE, encoding="utf-8")
+            second = indexer.index(knowledge, progress=False, announce=announced.append)
+            third = indexer.index(knowledge, progress=False, announce=announced.append)
         finally:
             indexer.close()
-        assert first.estimate["rate"] == "default" and first.estimate["files"] == first.indexed == 20
+        assert first.estimate["rate"] == "default" and first.estimate["files"] == first.indexed == len(PAGES)
         assert rate == pytest.approx(first.characters / first.seconds, rel=0.2)
         assert second.estimate == {
-            **estimate_of([repo_kb_copy / "alerts" / "vault.md"], rate),
+            **estimate_of([knowledge / "alerts" / "vault.md"], rate),
             "rate": second.estimate["rate"],
         }
         assert second.estimate["rate"] == "measured by the last run"
