@@ -8,7 +8,7 @@ from haystack import Document, component, logging
 from haystack.dataclasses import ByteStream
 
 from components.core.file_version import file_version
-from components.core.frontmatter import FrontmatterError, split_frontmatter
+from components.core.frontmatter import MAX_FRONTMATTER_BYTES, FrontmatterError, split_frontmatter
 from components.core.markdown_text import closes_fence, first_heading, opening_fence
 
 logger = logging.getLogger(__name__)
@@ -18,7 +18,6 @@ _KNOWN_KEYS = ("id", "title", "category", "domain", "keywords", "entities")
 
 #: defaults of the converter's caps (pipelines/indexing.yaml sets them)
 MAX_FILE_BYTES = 512 * 1024
-MAX_FRONTMATTER_BYTES = 16 * 1024
 MAX_FRONTMATTER_ALIASES = 8
 
 

@@ -14,6 +14,9 @@ from typing import Any
 
 import yaml
 
+#: the largest front block read by default: front matter is a page's metadata, never a payload
+MAX_FRONTMATTER_BYTES = 16 * 1024
+
 
 class FrontmatterError(ValueError):
     """A front block that cannot be read; the message names the reason."""

@@ -6,7 +6,7 @@ from typing import Any
 
 from haystack import Document, component, logging
 
-from components.core.frontmatter import FrontmatterError, split_frontmatter
+from components.core.frontmatter import MAX_FRONTMATTER_BYTES, FrontmatterError, split_frontmatter
 from components.core.markdown_text import closes_fence, opening_fence
 
 logger = logging.getLogger(__name__)
@@ -15,8 +15,6 @@ logger = logging.getLogger(__name__)
 #: zero-width space Docusaurus puts before its `#`
 _PERMALINK = re.compile(r"[ \t\u200b]*(?:[¶§\U0001f517]|\u200b#)+[ \t]*$")
 _HEADING = re.compile(r"^#{1,6}[ \t]")
-#: trafilatura's page metadata block is small (title, author, url, dates, tags); a longer one is not its block
-_MAX_BLOCK_BYTES = 16384
 
 
 def _without_permalinks(text: str) -> str:
@@ -76,7 +74,7 @@ class HtmlPageCleaner:
         meta = dict(doc.meta)
         if text.startswith("---\n"):
             try:
-                block, text, _ = split_frontmatter(text, max_bytes=_MAX_BLOCK_BYTES, max_aliases=0)
+                block, text, _ = split_frontmatter(text, max_bytes=MAX_FRONTMATTER_BYTES, max_aliases=0)
             except FrontmatterError as err:
                 logger.warning(
                     "{source}: the page's metadata block is kept as text: {reason}",
