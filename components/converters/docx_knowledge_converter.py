@@ -11,6 +11,8 @@ from haystack.components.converters.utils import get_bytestream_from_source, nor
 from haystack.dataclasses import ByteStream
 from haystack.lazy_imports import LazyImport
 
+from components.core.conversion import convert_each
+
 with LazyImport("Run 'pip install python-docx'") as docx_import:
     import docx
     from docx.table import Table
@@ -143,21 +145,5 @@ class DocxKnowledgeConverter:
         :returns: `documents`: one Document per converted file; `failures`: `{"source", "reason"}` per file that
             could not be converted.
         """
-        documents: list[Document] = []
-        failures: list[dict[str, str]] = []
-        for source, source_meta in zip(sources, normalize_metadata(meta, len(sources)), strict=True):
-            try:
-                documents.append(self._convert(source, source_meta))
-            except (OSError, ValueError) as err:
-                name = str(source_meta.get("source") or _name_of(source))
-                reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-                logger.warning("Skipping {source}: {reason}", source=name, reason=reason)
-                failures.append({"source": name, "reason": reason})
+        documents, failures = convert_each(sources, normalize_metadata(meta, len(sources)), self._convert)
         return {"documents": documents, "failures": failures}
-
-
-def _name_of(source: str | Path | ByteStream) -> str:
-    """The name a failure is reported under: the source a router's stream carries, as the indexer knows the file."""
-    if isinstance(source, ByteStream):
-        return str(source.meta.get("source") or source.meta.get("file_path") or "<bytes>")
-    return Path(source).name

@@ -7,6 +7,7 @@ from typing import Any
 from haystack import Document, component, logging
 from haystack.dataclasses import ByteStream
 
+from components.core.conversion import convert_each
 from components.core.file_version import file_version
 from components.core.frontmatter import MAX_FRONTMATTER_BYTES, FrontmatterError, split_frontmatter
 from components.core.markdown_text import closes_fence, first_heading, opening_fence
@@ -319,16 +320,7 @@ class MarkdownKnowledgeConverter:
         if len(metas) != len(sources):
             msg = f"meta has {len(metas)} entries for {len(sources)} sources; give one per source, or one for all"
             raise ValueError(msg)
-        documents: list[Document] = []
-        failures: list[dict[str, str]] = []
-        for source, source_meta in zip(sources, metas, strict=True):
-            name = str(source_meta.get("source") or _name_of(source))
-            try:
-                documents.append(self._convert(source, source_meta))
-            except (OSError, KnowledgeFileError) as err:
-                reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-                logger.warning("Skipping knowledge file {source}: {reason}", source=name, reason=reason)
-                failures.append({"source": name, "reason": reason})
+        documents, failures = convert_each(sources, metas, self._convert, (OSError, KnowledgeFileError))
         warnings = [
             {"source": str(doc.meta["source"]), "reason": f"include not resolved: {target}"}
             for doc in documents
@@ -352,9 +344,3 @@ def _root_of(source: str | Path | ByteStream, name: str) -> Path | None:
     if not parts or path.parts[-len(parts) :] != parts:
         return None
     return Path(*path.parts[: -len(parts)])
-
-
-def _name_of(source: str | Path | ByteStream) -> str:
-    if isinstance(source, ByteStream):
-        return str(source.meta.get("source") or source.meta.get("file_path") or "<bytes>")
-    return Path(source).name

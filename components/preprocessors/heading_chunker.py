@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,10 @@ from components.core.markdown_text import closes_fence, opening_fence
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _SENTENCE = re.compile(r".+?(?:[.!?;]+(?=\s)\s*|[。？！；]+\s*|$)", re.DOTALL)
 _CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
+#: a heading's number, which an outline entry and the page's line may write differently (`2.1`, `2.1.`, `IV.`, `B)`)
+_NUMBERING = re.compile(r"^(?:\d+(?:\.\d+)*\.?|[ivxlc]+\.|[a-z][.)])\s+", re.IGNORECASE)
+#: meta of a whole document that its chunks do not carry
+_DOCUMENT_ONLY_META = ("line_map", "outline", "page_count")
 
 
 @dataclass
@@ -29,6 +34,53 @@ class _Section:
     blocks: list[_Unit] = field(default_factory=list)
 
 
+@dataclass
+class _Heading:
+    level: int
+    title: str
+    lines: int  # the document lines that are the heading's own text (0: it starts at its page's first line)
+
+
+def _heading_key(text: str) -> str:
+    """A heading as compared: its words, case and numbering aside (`2.1 Setup` and `SETUP` are one heading)."""
+    text = _NUMBERING.sub("", unicodedata.normalize("NFKC", text).casefold().strip())
+    return " ".join(re.findall(r"\w+", text))
+
+
+def _outline_headings(lines: list[str], pages: list[int], outline: list[Any]) -> dict[int, list[_Heading]]:
+    """
+    Where the entries of a paged document's outline (`[page, level, title]`) start: at the line of their page that
+    reads as the entry (alone, or joined with the next line: a title may wrap), else at the page's first line. An
+    entry of a page without text is left out.
+    """
+    page_lines: dict[int, list[int]] = {}
+    for number, page in enumerate(pages):
+        if lines[number].strip() and lines[number] != "\f":
+            page_lines.setdefault(page, []).append(number)
+    starts: dict[int, list[_Heading]] = {}
+    last_page, after = 0, -1
+    for page, level, title in ((int(e[0]), int(e[1]), str(e[2])) for e in outline):
+        # two entries of one page come in its reading order: the second is looked for after the first
+        candidates = [n for n in page_lines.get(page, []) if page != last_page or n > after]
+        if not candidates and page == last_page and after >= 0:  # the page's text ends with the entry before
+            candidates = [after]
+        if not candidates:
+            continue
+        key = _heading_key(title)
+        at, size = candidates[0], 0
+        for number in candidates:
+            if key and _heading_key(lines[number]) == key:
+                at, size = number, 1
+                break
+            wrapped = number + 1 in candidates and _heading_key(f"{lines[number]} {lines[number + 1]}") == key
+            if key and wrapped:
+                at, size = number, 2
+                break
+        starts.setdefault(at, []).append(_Heading(max(1, min(level, 6)), title, size))
+        last_page, after = page, at + max(size, 1) - 1
+    return starts
+
+
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
 
 
@@ -37,10 +89,13 @@ def _is_table(lines: list[str]) -> bool:
     return len(lines) >= 2 and "|" in lines[0] and bool(_TABLE_RULE.match(lines[1])) and all("|" in x for x in lines)
 
 
-def _split_sections(body: str, headings: bool = True) -> list[_Section]:
+def _split_sections(
+    body: str, headings: bool = True, outline: dict[int, list[_Heading]] | None = None
+) -> list[_Section]:
     """
     The document's heading sections and their blocks, each block with its line span. `headings=False` (plain text):
-    one section, no line is a heading or a fence. A form feed (a PDF's page break) ends a paragraph.
+    no line is a heading or a fence. A form feed (a PDF's page break) ends a paragraph. `outline`: headings that
+    start at given lines, whose own lines are no text (a PDF's bookmarks).
     """
     sections = [_Section(path=[])]
     stack: list[tuple[int, str]] = []
@@ -48,6 +103,7 @@ def _split_sections(body: str, headings: bool = True) -> list[_Section]:
     start = 0
     code: list[str] | None = None
     fence = ""
+    heading_until = -1
 
     def flush_paragraph() -> None:
         text = "\n".join(paragraph).strip()
@@ -56,7 +112,19 @@ def _split_sections(body: str, headings: bool = True) -> list[_Section]:
             sections[-1].blocks.append(_Unit(text, kind, start, start + len(paragraph) - 1))
         paragraph.clear()
 
+    def open_section(level: int, title: str) -> None:
+        while stack and stack[-1][0] >= level:
+            stack.pop()
+        stack.append((level, title))
+        sections.append(_Section(path=[h for _, h in stack]))
+
     for number, line in enumerate(body.split("\n")):
+        for given in (outline or {}).get(number, []):
+            flush_paragraph()
+            open_section(given.level, given.title)
+            heading_until = max(heading_until, number + given.lines - 1)
+        if number <= heading_until:
+            continue
         if code is not None:
             code.append(line)
             if closes_fence(line, fence):
@@ -71,11 +139,7 @@ def _split_sections(body: str, headings: bool = True) -> list[_Section]:
         heading = _HEADING.match(line) if headings else None
         if heading:
             flush_paragraph()
-            level = len(heading.group(1))
-            while stack and stack[-1][0] >= level:
-                stack.pop()
-            stack.append((level, heading.group(2).strip()))
-            sections.append(_Section(path=[h for _, h in stack]))
+            open_section(len(heading.group(1)), heading.group(2).strip())
         elif line.strip() and line != "\f":
             if not paragraph:
                 start = number
@@ -256,19 +320,21 @@ class HeadingChunker:
         return {"line_start": _file_line(line_map, chunk.first), "line_end": _file_line(line_map, chunk.last)}
 
     def _chunk_document(self, document: Document) -> list[Document]:
-        meta = {k: v for k, v in document.meta.items() if k != "line_map"}
+        meta = {k: v for k, v in document.meta.items() if k not in _DOCUMENT_ONLY_META}
         title = str(meta.get("title") or "")
         source = str(meta.get("source") or document.id)
         version = str(meta.get("doc_version") or "")
         content = document.content or ""
         pages: list[int] | None = None
-        if "\f" in content:  # a paged document (PDF): every line knows its page
+        outline: dict[int, list[_Heading]] = {}
+        if "\f" in content or document.meta.get("page_count"):  # a paged document (PDF): every line knows its page
             content = content.replace("\f", "\n\f\n")
             pages, page = [], 1
             for line in content.split("\n"):
                 page += line == "\f"
                 pages.append(page)
-        sections = _split_sections(content, headings=meta.get("markup", "markdown") != "text")
+            outline = _outline_headings(content.split("\n"), pages, document.meta.get("outline") or [])
+        sections = _split_sections(content, headings=meta.get("markup", "markdown") != "text", outline=outline)
         sections = self._with_description(sections, str(meta.get("description") or ""), content)
         pieces: list[tuple[str, _Unit]] = []
         for section in sections:

@@ -384,6 +384,29 @@ class TestIndexingPipelineShape:
             },
         ]
 
+    def test_a_damaged_pdf_or_word_file_is_a_failure_with_its_reason_and_keeps_what_was_indexed(
+        self, tmp_path, tiny_kb
+    ):
+        real = Path(__file__).resolve().parents[1] / "fixtures" / "real_docs"
+        (tiny_kb / "manuals").mkdir()
+        shutil.copy(real / "pdf" / "docling-multi_page.pdf", tiny_kb / "manuals" / "history.pdf")
+        (tiny_kb / "manuals" / "policy.docx").write_bytes(b"PK\x03\x04 no zip")
+        indexer = KnowledgeIndexer(Deployment.resolve(tmp_path / "data"))
+        try:
+            first = indexer.index(tiny_kb, progress=False)
+            kept = versions_by_source(indexer)["manuals/history.pdf"]
+            (tiny_kb / "manuals" / "history.pdf").write_bytes(b"%PDF-1.4\n truncated in transit")
+            second = indexer.index(tiny_kb, progress=False)
+            after = versions_by_source(indexer)
+        finally:
+            indexer.close()
+        assert [(f["source"], f["reason"].split(" (")[0]) for f in first.failures] == [
+            ("manuals/policy.docx", "not a readable .docx file")
+        ]
+        reasons = {f["source"]: f["reason"] for f in second.failures}
+        assert reasons["manuals/history.pdf"].startswith("not a readable PDF")
+        assert after["manuals/history.pdf"] == kept and len(after) == 4  # the old version still answers
+
     def test_a_format_is_added_by_one_converter_and_a_yaml_edit(self, tmp_path, tiny_kb):
         (tiny_kb / "faq").mkdir(exist_ok=True)
         (tiny_kb / "faq" / "parking.csv").write_text(

@@ -165,10 +165,19 @@ class TestRealDocumentation:
 
     def test_pdf_chunks_know_their_pages(self, chunks):
         pdf = _of(chunks, "manuals/fastpca-joss-paper.pdf")
-        assert pdf[0].meta["title"].startswith("FastPCA: An R package")
         gpu = [c for c in pdf if "2.44 seconds" in c.content]
         assert gpu and {c.meta["page_start"] for c in gpu} == {3}
         assert max(c.meta["page_end"] for c in pdf) == 6
+
+    def test_a_pdf_is_titled_by_its_title_property_and_its_bookmarks_are_the_breadcrumb(self, chunks):
+        pdf = _of(chunks, "manuals/fastpca-joss-paper.pdf")
+        title = "FastPCA: An R package for fast singular value decomposition"  # the text's first line wraps it
+        assert {c.meta["title"] for c in pdf} == {title}
+        where = {c.meta["breadcrumb"]: c.meta["page_start"] for c in pdf if "irlba as the default backend" in c.content}
+        assert where == {f"{title} > Functionality": 2}
+        assert {c.meta["breadcrumb"].removeprefix(f"{title} > ") for c in pdf} >= {"Summary", "Conclusion"}
+        # the running footer of every page is no evidence
+        assert not [c for c in pdf if "Journal of Open Source Software, ()" in c.content]
 
     def test_word_headings_are_the_breadcrumb_and_html_is_its_main_content(self, chunks):
         playbook = _of(chunks, "manuals/OpenChain-PlayBook-Medium-Company.docx")

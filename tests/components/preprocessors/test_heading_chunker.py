@@ -138,6 +138,30 @@ class TestHeadingChunker:
         assert all("line_start" not in c.meta for c in chunks)
         assert all("\f" not in c.content for c in chunks)
 
+    def test_a_paged_documents_outline_gives_the_breadcrumb_at_the_line_that_reads_as_the_entry(self):
+        body = (
+            "A Report\nabout things\n\nIntro text.\n1. Setup of the\nsystem\nInstall it first."
+            "\fMore setup text.\n1.1 DISKS\nDisks are mounted.\fClosing page words.\fLast page."
+        )
+        outline = [[1, 1, "Setup of the system"], [2, 2, "1.1 Disks"], [3, 1, "Results"], [9, 1, "Nowhere"]]
+        chunks = HeadingChunker().run([_doc(body, markup="text", title="A Report", outline=outline, page_count=4)])[
+            "documents"
+        ]
+        placed = [(c.meta["breadcrumb"], c.content, c.meta["page_start"], c.meta["page_end"]) for c in chunks]
+        assert placed == [
+            ("A Report", "A Report\nabout things\n\nIntro text.", 1, 1),
+            # the wrapped title is the heading, not text; the section goes on over the page break
+            ("A Report > Setup of the system", "Install it first.\n\nMore setup text.", 1, 2),
+            ("A Report > Setup of the system > 1.1 Disks", "Disks are mounted.", 2, 2),
+            # no line of page 3 reads "Results": the entry starts at the page's first line, which stays text
+            ("A Report > Results", "Closing page words.\n\nLast page.", 3, 4),
+        ]
+        assert all("outline" not in c.meta and "page_count" not in c.meta for c in chunks)
+
+    def test_a_single_page_document_still_cites_its_page(self):
+        [chunk] = HeadingChunker().run([_doc("One page only.", markup="text", page_count=1)])["documents"]
+        assert (chunk.meta["page_start"], chunk.meta["page_end"]) == (1, 1) and "line_start" not in chunk.meta
+
     def test_a_description_the_text_lacks_leads_the_page(self):
         [lead, *_] = HeadingChunker().run([_doc("## Setup\n\nRun it.", description="How to set it up.")])["documents"]
         assert lead.content.startswith("How to set it up.")
