@@ -97,11 +97,21 @@ _INCLUDE = re.compile(
     r"\{\{[<%]-?\s*(?:include|readfile)\s+(?:file\s*=\s*)?[\"'`]?(?P<hugo>[^\"'`\s>%]+)[\"'`]?[^}]*?-?[>%]\}\}"
     r"|\{%-?\s*(?P<kind>include_relative|include)\s+[\"']?(?P<jekyll>[^\"'\s%]+)[\"']?[^%]*?-?%\}"
     # pymdownx.snippets, as MkDocs Material sites include: `--8<-- "path"` on a line of its own
-    r"|^[ \t]*-+8<-+[ \t]+[\"'](?P<snippet>[^\"'\n]+)[\"'][ \t]*$",
+    r"|^[ \t]*-+8<-+[ \t]+[\"'](?P<snippet>[^\"'\n]+)[\"'][ \t]*$"
+    # a source file shown as code, as FastAPI's docs write it: `{* ../../docs_src/app.py hl[3] *}` on its own line
+    r"|^[ \t]*\{\*[ \t]*(?P<code>[^\s*]+)[^\n]*?\*\}[ \t]*$",
     re.MULTILINE,
 )
+#: the language of an included source file's code block, by its suffix (others: none)
+_CODE_LANGUAGES = {".py": "python", ".js": "javascript", ".ts": "typescript", ".sh": "bash", ".json": "json"}
 #: how deep included files may include others
 MAX_INCLUDE_DEPTH = 3
+
+
+def _code_block(code: str, language: str) -> str:
+    """Code as a fenced block whose fence is longer than any run of backticks in it."""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", code)), default=0))
+    return f"{fence}{language}\n{code.strip(chr(10))}\n{fence}"
 
 
 def _include_candidates(target: str, kind: str, source: str, root: Path) -> list[Path]:
@@ -133,7 +143,7 @@ class _Includes:
         self.included: list[str] = []
 
     def _read(self, match: re.Match[str], source: str, depth: int, seen: tuple[str, ...]) -> str | None:
-        target = match.group("hugo") or match.group("jekyll") or match.group("snippet") or ""
+        target = match.group("hugo") or match.group("jekyll") or match.group("snippet") or match.group("code") or ""
         kind = match.group("kind") or ""
         if self.root is None:
             self.unresolved.append(f"{target} (no knowledge root to resolve it against)")
@@ -155,6 +165,9 @@ class _Includes:
                     self.unresolved.append(f"{target} (over the {self.max_bytes}-byte cap)")
                     return None
                 text = path.read_bytes().decode("utf-8-sig").replace("\r\n", "\n")
+                if match.group("code"):  # source code: a code block, never read for front matter or includes
+                    self.included.append(name)
+                    return _code_block(text, _CODE_LANGUAGES.get(path.suffix, ""))
                 _, body, _ = split_frontmatter(text, *self.caps)
             except (OSError, UnicodeDecodeError, FrontmatterError) as err:
                 self.unresolved.append(f"{target} ({getattr(err, 'strerror', None) or err})")
@@ -222,7 +235,8 @@ class MarkdownKnowledgeConverter:
     metadata: `id` (default: the file's source), `title` (default: the first heading outside code and comments),
     `category` (alias `domain`), `keywords`, `entities`, and any other key as is. Hugo's `include`/`readfile`
     shortcodes, Jekyll's `include`/`include_relative` tags and MkDocs' `--8<--` snippets are replaced by the body of
-    the file they name when it lies under the knowledge root (a site's root may be a folder below it); an include the
+    the file they name (FastAPI-style `{* file.py *}` lines by the file as a code block) when it lies under the
+    knowledge root (a site's root may be a folder below it); an include the
     converter cannot resolve is reported in `warnings` (and the markup cleaner drops it). `line_map` says which line
     of the file each line of the content is, for the chunks' line ranges.
     Each file's `source` (its path relative to the knowledge root) and `doc_version` come with its `meta` (the indexer

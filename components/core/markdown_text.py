@@ -8,6 +8,8 @@ _FENCE = re.compile(r"^\s*(`{3,}|~{3,})(.*)$")
 _HEADING_LINE = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _FENCED = re.compile(r"^\s*(`{3,}|~{3,}).*?(?:^\s*\1|\Z)", re.DOTALL | re.MULTILINE)
+#: a heading's attribute list (`{#id}`, `{ #id .class }`): how MkDocs and Docusaurus sites name a heading's anchor
+HEADING_ATTRIBUTES = re.compile(r"[ \t]*\{[ \t]*[#.][\w.-]+(?:[ \t]+[^}\n]*)?\}[ \t]*$")
 
 
 def opening_fence(line: str) -> str:
@@ -35,10 +37,10 @@ def closes_fence(line: str, fence: str) -> bool:
 
 def first_heading(text: str) -> str:
     """
-    The first markdown heading outside code blocks and HTML comments.
+    The first markdown heading outside code blocks and HTML comments, without its attribute list.
 
     :param text: Markdown.
     :returns: The heading's text, '' when there is none.
     """
     heading = _HEADING_LINE.search(_FENCED.sub("", _COMMENT.sub("", text)))
-    return heading.group(1) if heading else ""
+    return HEADING_ATTRIBUTES.sub("", heading.group(1)) if heading else ""

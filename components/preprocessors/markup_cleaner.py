@@ -7,7 +7,7 @@ from typing import Any
 
 from haystack import Document, component
 
-from components.core.markdown_text import closes_fence, opening_fence
+from components.core.markdown_text import HEADING_ATTRIBUTES, closes_fence, opening_fence
 
 #: shortcodes and Liquid blocks whose content is code: they become fenced blocks, so a `#` in them is no heading
 _CODE_SHORTCODES = ("highlight", "code", "code-toggle", "codeblock", "snippet")
@@ -44,13 +44,20 @@ _SNIPPET = re.compile(r"^[ \t]*-+8<-+(?:[ \t]+[\"'][^\"'\n]*[\"'])?[ \t]*$", re.
 #: a link whose target was a shortcode or Liquid tag, now empty: its text
 _EMPTY_LINK = re.compile(r"\[([^\[\]\n]+)\]\(\s*\)")
 #: a heading's attribute list: `{#id}`, `{ #id .class }`
-_HEADING_ID = re.compile(r"^(#{1,6}[ \t].*?)[ \t]*\{[ \t]*[#.][\w.-]+(?:[ \t]+[^}\n]*)?\}[ \t]*$", re.MULTILINE)
+_HEADING_ID = re.compile(r"^(#{1,6}[ \t].*?)" + HEADING_ATTRIBUTES.pattern, re.MULTILINE)
+#: pymdownx blocks (`/// note | Title` ... `///`, `//// tab | Linux`): the marker goes, a title stays as a line
+_PYMDOWNX_BLOCK = re.compile(
+    r"^[ \t]*/{3,}(?:[ \t]*(?P<kind>[\w-]+)(?:[ \t]*\|[ \t]*(?P<title>[^\n]*?))?)?[ \t]*$", re.MULTILINE
+)
+#: a code include left unresolved (`{* ../../docs_src/app.py hl[3] *}`, as FastAPI's docs write them)
+_CODE_INCLUDE = re.compile(r"^[ \t]*\{\*[^\n]*?\*\}[ \t]*$", re.MULTILINE)
 #: HTML elements that are layout, never words; JSX components are the capitalized names
 _HTML_TAGS = (
     "a|abbr|b|br|center|details|div|em|figcaption|figure|font|hr|i|iframe|img|kbd|li|ol|p|picture|section|small|"
     "source|span|strong|sub|summary|sup|table|tbody|td|tfoot|th|thead|tr|u|ul|video|dl|dt|dd|blockquote|code|pre|"
     "mark|del|ins|s|nav|main|article|aside|header|footer|button|svg|path|script|style|noscript|h[1-6]|link|meta|"
-    "caption|col|colgroup|input|form|label|select|option|textarea"
+    "caption|col|colgroup|input|form|label|select|option|textarea|dfn|cite|q|var|samp|time|tt|big|strike|wbr|bdi|"
+    "bdo|ruby|rt|rp|data|address"
 )
 _TAG = re.compile(
     r"<(?P<close>/)?(?P<name>[A-Z][\w.]*|(?:" + _HTML_TAGS + r")(?![\w-]))"
@@ -104,6 +111,11 @@ def _title(match: re.Match[str]) -> str:
     return next((g for g in match.groups() if g), "").strip()
 
 
+def _block_title(match: re.Match[str]) -> str:
+    """A pymdownx block's title; an `html` block's argument is a tag (`/// html | div.note`), no title."""
+    return "" if (match.group("kind") or "").lower() == "html" else (match.group("title") or "").strip()
+
+
 def _fence_code_shortcodes(text: str) -> str:
     text = _CODE_OPEN.sub("```", text)
     return _RAW_TAG.sub("", _CODE_CLOSE.sub("```", text))
@@ -154,7 +166,9 @@ _PROSE: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
     (_HUGO, _blank),
     (_LIQUID, _blank),
     (_SNIPPET, _blank),
+    (_CODE_INCLUDE, _blank),
     (_DOCUSAURUS, _title),
+    (_PYMDOWNX_BLOCK, _block_title),
     (_GITHUB_ALERT, lambda m: m.group(1)),
     (_EMPTY_LINK, lambda m: m.group(1)),
     (_HEADING_ID, lambda m: m.group(1)),

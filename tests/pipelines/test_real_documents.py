@@ -40,6 +40,10 @@ RESIDUE = [
     r"\{\{ ?site\.",
     r"^\[[^\]]+\]: \S+$",
     r"<head>|<link ",
+    r"^\s*/{3,}(?:\s*[\w-]+)?(?:\s*\|.*)?$",
+    r"\{\*|\*\}",
+    r"<dfn\b",
+    r"\{ ?#[\w-]+ ?\}",
 ]
 _FENCED = re.compile(r"^\s*(```|~~~).*?^\s*\1[^\n]*$", re.DOTALL | re.MULTILINE)
 _INLINE = re.compile(r"(`+)(?:(?!\1).)+?\1")
@@ -56,6 +60,7 @@ def build_knowledge(root: Path) -> Path:
     shutil.copytree(FIXTURES / "apisix" / "docs", root / "apisix")
     shutil.copytree(FIXTURES / "mkdocs" / "docs", root / "mkdocs")
     shutil.copytree(FIXTURES / "jekyll" / "docs", root / "jekyll")
+    shutil.copytree(FIXTURES / "fastapi", root / "fastapi", ignore=shutil.ignore_patterns("LICENSE", "SOURCES.md"))
     for kind, pattern in (("pdf", "*.pdf"), ("docx", "*.docx"), ("html", "*.html"), ("text", "doc/*.txt")):
         (root / "manuals").mkdir(exist_ok=True)
         for path in (FIXTURES / kind).glob(pattern):
@@ -111,7 +116,15 @@ class TestRealDocumentation:
         # hugoDocs' `_common` pages are text that pages include; Jekyll's `_includes` too
         assert {s for s in not_indexed if not s.startswith(("_common/", "jekyll/_includes/"))} == set()
         assert "_common/installation/homebrew.md" in not_indexed
-        assert {u["source"] for u in summary.unsupported} == {"jekyll/_data/ruby.yml"}
+        # FastAPI's code files are shown by the pages that include them, not indexed on their own
+        assert {u["source"] for u in summary.unsupported} == {
+            "jekyll/_data/ruby.yml",
+            "fastapi/docs_src/cors/tutorial001_py310.py",
+            "fastapi/docs_src/middleware/tutorial001_py310.py",
+            "fastapi/docs_src/background_tasks/tutorial001_py310.py",
+            "fastapi/docs_src/background_tasks/tutorial002_an_py310.py",
+        }
+        assert summary.warnings == []
         # Jekyll's version badge lives in the site's `_includes`, which the page finds from its own folder
         assert not [w for w in summary.warnings if "docs_version_badge" in w["reason"]]
 
@@ -137,6 +150,16 @@ class TestRealDocumentation:
         lines = (knowledge / "installation/macos.md").read_text(encoding="utf-8").split("\n")
         include_line = next(i for i, line in enumerate(lines, start=1) if "homebrew.md" in line)
         assert brew[0].meta["line_start"] == include_line
+
+    def test_fastapi_pages_show_their_included_code_and_lose_their_anchors_and_block_markers(self, chunks):
+        cors = _of(chunks, "fastapi/docs/en/docs/tutorial/cors.md")
+        assert {c.meta["title"] for c in cors} == {"CORS (Cross-Origin Resource Sharing)"}
+        code = [c for c in cors if "app.add_middleware(" in c.content and "CORSMiddleware," in c.content]
+        assert code and code[0].meta["breadcrumb"].endswith("CORSMiddleware`")
+        assert any("Technical Details\n" in c.content for c in cors)  # the block's title stays as its first line
+        middleware = _of(chunks, "fastapi/docs/zh/docs/tutorial/middleware.md")
+        assert {c.meta["title"] for c in middleware} == {"中间件"}
+        assert any("async def add_process_time_header(" in c.content for c in middleware)
 
     def test_a_section_page_of_front_matter_only_is_its_description(self, chunks):
         (page,) = _of(chunks, "installation/_index.md")
@@ -228,6 +251,14 @@ class TestRealDocumentation:
             ("How do I show line numbers in a Jekyll code block?", "jekyll/_docs/liquid/tags.md"),
             ("How often does the OSPO review the OpenChain program?", "manuals/OpenChain-PlayBook-Medium-Company.docx"),
             ("How fast is FastPCA with GPU acceleration?", "manuals/fastpca-joss-paper.pdf"),
+            (
+                "My React app on localhost:3000 is blocked by the browser when it calls my FastAPI backend",
+                "fastapi/docs/en/docs/tutorial/cors.md",
+            ),
+            (
+                "FastAPI 怎么在每个请求前后运行自己的代码，比如统计处理时间？",
+                "fastapi/docs/zh/docs/tutorial/middleware.md",
+            ),
         ],
     )
     def test_a_question_finds_its_page_first(self, service, question, source):

@@ -211,6 +211,26 @@ class TestMarkdownKnowledgeConverter:
         )
         assert out["warnings"] == [] and out["documents"][0].content.count("brew install hugo") == 2
 
+    def test_a_source_file_include_becomes_a_code_block_and_a_missing_one_is_reported(self, tmp_path: Path):
+        # FastAPI's layout: pages under docs/en/docs, their code under docs_src, paths relative to docs/en
+        (tmp_path / "docs_src" / "body").mkdir(parents=True)
+        (tmp_path / "docs_src" / "body" / "app.py").write_text('app = FastAPI()\nprint("```")\n')
+        page = tmp_path / "docs" / "en" / "docs" / "tutorial" / "body.md"
+        page.parent.mkdir(parents=True)
+        page.write_text(
+            "# Request Body { #request-body }\n\n{* ../../docs_src/body/app.py hl[1] *}\n\n"
+            "{* ../../docs_src/gone.py *}\n\n```\n{* ../../docs_src/body/app.py *}\n```\n"
+        )
+        out = MarkdownKnowledgeConverter().run(sources=[page], meta={"source": "docs/en/docs/tutorial/body.md"})
+        [doc] = out["documents"]
+        assert doc.meta["title"] == "Request Body"  # the heading's anchor is no part of the title
+        assert '````python\napp = FastAPI()\nprint("```")\n````' in doc.content
+        assert "```\n{* ../../docs_src/body/app.py *}\n```" in doc.content  # code shows it, never runs it
+        assert doc.meta["included_files"] == ["docs_src/body/app.py"]
+        assert [w["reason"] for w in out["warnings"]] == [
+            "include not resolved: ../../docs_src/gone.py (not found under the knowledge root)"
+        ]
+
     def test_a_stream_without_a_path_reports_its_includes_unresolved(self):
         stream = ByteStream(b'# T\n\n{{% include "/x.md" %}}\n', meta={"source": "a.md"})
         out = MarkdownKnowledgeConverter().run(sources=[stream])

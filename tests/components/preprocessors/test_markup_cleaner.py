@@ -84,6 +84,11 @@ class TestMarkupCleaner:
             ("{/* a comment */}Text<br/>", "Text"),
             ('Before.\n--8<-- "missing.md"\nAfter.', "Before.\n\nAfter."),
             ("<details><summary>More</summary>Body</details>", "MoreBody"),
+            ("/// tip | Authorize button!\nClick it.\n///", "Authorize button!\nClick it.\n"),
+            ("//// tab | Linux, macOS\nrun\n////\n/// note\nx\n///", "Linux, macOS\nrun\n\n\nx\n"),
+            ("/// html | div.grid\nA\n///\n/// a doc comment, prose", "\nA\n\n/// a doc comment, prose"),
+            ("Before.\n{* ../../docs_src/app.py hl[3] *}\nAfter.", "Before.\n\nAfter."),
+            ('100% <dfn title="tested">test coverage</dfn> <cite>x</cite>', "100% test coverage x"),
         ],
     )
     def test_shortcodes_liquid_links_and_tags_leave_their_text(self, text, expected):
