@@ -733,12 +733,17 @@ class KnowledgeIndexer:
         """
         found = find_knowledge_files(root)
         partials = (self.pipeline.metadata or {}).get("partial_folders", DEFAULT_PARTIAL_FOLDERS)
-        for path, source in list(found.files.items()):
-            if is_partial(source, partials):  # read by the pages that include it, never a page of its own
-                self._partials.append({"source": source, "reason": "a partial: pages include it, it is no page"})
-                del found.files[path]
         taken, left = self._supported(list(found.files))
         unsupported = [{"source": found.files[p], "type": _type_of(p)} for p in left]
+        # a partial is read by the pages that include it, never a page of its own; only a file the pipeline takes is
+        # one (Docusaurus' `_category_.yml` is sidebar settings, of a type no converter takes)
+        inside = {p for p in taken if is_partial(found.files[p], partials)}
+        self._partials.extend(
+            {"source": found.files[p], "reason": "a partial: pages include it, it is no page"}
+            for p in taken
+            if p in inside
+        )
+        taken = [p for p in taken if p not in inside]
         entries = [Path(root, f["source"]) for f in found.unusable if not f["source"].endswith("/") and f["source"]]
         _, foreign = self._supported(entries)  # a dangling link of a type no converter takes is no knowledge file
         foreign_sources = {p.relative_to(root).as_posix() for p in foreign}

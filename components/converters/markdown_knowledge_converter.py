@@ -10,7 +10,7 @@ from haystack.dataclasses import ByteStream
 from components.core.conversion import convert_each
 from components.core.file_version import file_version
 from components.core.frontmatter import MAX_FRONTMATTER_BYTES, FrontmatterError, split_frontmatter
-from components.core.markdown_text import closes_fence, first_heading, opening_fence
+from components.core.markdown_text import MDX_CODE_BLOCK, closes_fence, first_heading, opening_fence
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +102,8 @@ _INCLUDE = re.compile(
     r"|^[ \t]*\{\*[ \t]*(?P<code>[^\s*]+)[^\n]*?\*\}[ \t]*$",
     re.MULTILINE,
 )
+#: an MDX import of a markdown partial (`import Intro from './_intro.mdx';`), which `<Intro />` then shows
+_MDX_PARTIAL = re.compile(r"^import\s+([A-Z]\w*)\s+from\s+[\"'](\.{1,2}/[^\"'\n]+\.mdx?)[\"'];?[ \t]*$", re.MULTILINE)
 #: the language of an included source file's code block, by its suffix (others: none)
 _CODE_LANGUAGES = {".py": "python", ".js": "javascript", ".ts": "typescript", ".sh": "bash", ".json": "json"}
 #: how deep included files may include others
@@ -142,9 +144,8 @@ class _Includes:
         self.unresolved: list[str] = []
         self.included: list[str] = []
 
-    def _read(self, match: re.Match[str], source: str, depth: int, seen: tuple[str, ...]) -> str | None:
-        target = match.group("hugo") or match.group("jekyll") or match.group("snippet") or match.group("code") or ""
-        kind = match.group("kind") or ""
+    def _read(self, target: str, kind: str, source: str, depth: int, seen: tuple[str, ...]) -> str | None:
+        """The body of the file an include names (`kind`: `include`, `include_relative`, `code` or '' for Hugo's)."""
         if self.root is None:
             self.unresolved.append(f"{target} (no knowledge root to resolve it against)")
             return None
@@ -165,7 +166,7 @@ class _Includes:
                     self.unresolved.append(f"{target} (over the {self.max_bytes}-byte cap)")
                     return None
                 text = path.read_bytes().decode("utf-8-sig").replace("\r\n", "\n")
-                if match.group("code"):  # source code: a code block, never read for front matter or includes
+                if kind == "code":  # source code: a code block, never read for front matter or includes
                     self.included.append(name)
                     return _code_block(text, _CODE_LANGUAGES.get(path.suffix, ""))
                 _, body, _ = split_frontmatter(text, *self.caps)
@@ -189,11 +190,25 @@ class _Includes:
         out: list[str] = []
         origin: list[tuple[int, int]] = []
         fence = ""
+        mdx = ""  # an open mdx-code-block: MDX the site renders, so its partials are shown
+        partials = dict(_MDX_PARTIAL.findall(body))
         for number, line in enumerate(body.split("\n")):
+            shown = _mdx_component(line, partials)
+            rendered = MDX_CODE_BLOCK.match(line)
             if fence:
                 fence = "" if closes_fence(line, fence) else fence
+            elif mdx and closes_fence(line, mdx):
+                mdx = ""
+            elif rendered:
+                mdx = rendered.group(1)
             elif opening_fence(line):
                 fence = opening_fence(line)
+            elif shown:
+                included = self._read(partials[shown], "include_relative", source, depth, seen or (self.source,))
+                pieces = (line if included is None else included).split("\n")
+                out.extend(pieces)
+                origin.extend((number, 0) for _ in pieces)
+                continue
             elif ("{" in line or "8<" in line) and _INCLUDE.search(line):
                 pieces = self._expand_line(line, source, depth, seen or (self.source,))
                 out.extend(pieces)
@@ -207,10 +222,20 @@ class _Includes:
         text = ""
         position = 0
         for match in _INCLUDE.finditer(line):
-            included = self._read(match, source, depth, seen)
+            target = match.group("hugo") or match.group("jekyll") or match.group("snippet") or match.group("code")
+            kind = "code" if match.group("code") else match.group("kind") or ""
+            included = self._read(target, kind, source, depth, seen)
             text += line[position : match.start()] + (match.group(0) if included is None else f"\n{included}\n")
             position = match.end()
         return (text + line[position:]).split("\n")
+
+
+def _mdx_component(line: str, partials: dict[str, str]) -> str:
+    """The imported partial a line shows on its own (`<Intro />`), '' for none."""
+    if not partials or "<" not in line:
+        return ""
+    shown = re.fullmatch(r"[ \t]*<([A-Z]\w*)(?:[ \t][^<>]*)?/>[ \t]*", line)
+    return shown.group(1) if shown and shown.group(1) in partials else ""
 
 
 def _line_map(origin: list[tuple[int, int]], first_line: int) -> list[list[int]]:
@@ -303,7 +328,7 @@ class MarkdownKnowledgeConverter:
     def _with_includes(self, document: Document, root: Path | None) -> Document:
         """The document with its include shortcodes resolved; `unresolved_includes` names those that were not."""
         body = document.content or ""
-        if ("{" not in body and "8<" not in body) or not _INCLUDE.search(body):
+        if not _INCLUDE.search(body) and not _MDX_PARTIAL.search(body):
             return document
         caps = (self.max_frontmatter_bytes, self.max_frontmatter_aliases)
         includes = _Includes(root, str(document.meta["source"]), self.max_file_bytes, caps)

@@ -8,6 +8,8 @@ _FENCE = re.compile(r"^\s*(`{3,}|~{3,})(.*)$")
 _HEADING_LINE = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _FENCED = re.compile(r"^\s*(`{3,}|~{3,}).*?(?:^\s*\1|\Z)", re.DOTALL | re.MULTILINE)
+#: Docusaurus' ```mdx-code-block fence: what it holds is MDX the site renders, not code to show
+MDX_CODE_BLOCK = re.compile(r"^\s*(`{3,}|~{3,})\s*mdx-code-block\s*$")
 #: a heading's attribute list (`{#id}`, `{ #id .class }`): how MkDocs and Docusaurus sites name a heading's anchor
 HEADING_ATTRIBUTES = re.compile(r"[ \t]*\{[ \t]*[#.][\w.-]+(?:[ \t]+[^}\n]*)?\}[ \t]*$")
 

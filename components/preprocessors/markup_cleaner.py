@@ -7,7 +7,7 @@ from typing import Any
 
 from haystack import Document, component
 
-from components.core.markdown_text import HEADING_ATTRIBUTES, closes_fence, opening_fence
+from components.core.markdown_text import HEADING_ATTRIBUTES, MDX_CODE_BLOCK, closes_fence, opening_fence
 
 #: shortcodes and Liquid blocks whose content is code: they become fenced blocks, so a `#` in them is no heading
 _CODE_SHORTCODES = ("highlight", "code", "code-toggle", "codeblock", "snippet")
@@ -28,11 +28,19 @@ _INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1")
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _MDX_COMMENT = re.compile(r"\{/\*.*?\*/\}", re.DOTALL)
 _MDX_IMPORT = re.compile(
-    r"^import\s(?:[^\n;]|\n(?!\n))*?\sfrom\s+['\"][^'\"\n]+['\"];?[ \t]*$|^import\s+['\"][^'\"\n]+['\"];?[ \t]*$",
+    # one or several statements on a line (`import Tabs from '@theme/Tabs'; import TabItem from '@theme/TabItem';`)
+    r"^(?:import\s(?:[^\n;]|\n(?!\n))*?\sfrom\s+['\"][^'\"\n]+['\"];?[ \t]*|import\s+['\"][^'\"\n]+['\"];?[ \t]*)+$",
     re.MULTILINE,
 )
-_MDX_EXPORT = re.compile(r"^export\s+(?:const|default|function|let|var)\b[^\n]*$", re.MULTILINE)
+
+#: an MDX export statement, which (like an import) runs on to the next blank line: `export const X = () => (` ... `);`
+_MDX_EXPORT = re.compile(r"^export\s+(?:const|default|function|let|var)\b(?:[^\n]|\n(?![ \t]*\n))*", re.MULTILINE)
 _HUGO = re.compile(r"\{\{[<%]-?\s*/?\*?.*?\*?/?\s*-?[>%]\}\}", re.DOTALL)
+_HUGO_NAME = re.compile(r"\{\{[<%]-?\s*([\w-]+)")
+_HUGO_PARAM = re.compile(r"""(\w+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
+_HUGO_ARGUMENT = re.compile(r"""\{\{[<%]-?\s*[\w-]+\s+(?:"([^"]*)"|'([^']*)')""")
+#: the parameters whose value a shortcode shows as words (`{{< glossary_tooltip text="Secret" term_id="secret" >}}`)
+_HUGO_SHOWN = ("text", "title", "label", "caption")
 #: Liquid tags, and Liquid output that is Jekyll's: a site variable, a quoted string or a filter (`| relative_url`)
 _LIQUID = re.compile(
     r"\{%-?.*?-?%\}|\{\{-?\s*(?:(?:site|page|include|layout|jekyll|paginator)\b|['\"])[^{}]*?-?\}\}"
@@ -88,12 +96,11 @@ def _blank(match: re.Match[str]) -> str:
     return "\n" * match.group(0).count("\n")
 
 
-def _tag_rewrite(text: str) -> Callable[[re.Match[str]], str]:
+def _tag_rewrite(closed: set[str]) -> Callable[[re.Match[str]], str]:
     """
     Drop a tag, keeping a `label`'s text. A bare capitalized `<Word>` is only a component when the text closes it
     (`</Word>`): otherwise it is prose, such as a key name or a placeholder.
     """
-    closed = set(_CLOSING_COMPONENT.findall(text))
 
     def rewrite(match: re.Match[str]) -> str:
         name = match.group("name")
@@ -107,6 +114,25 @@ def _tag_rewrite(text: str) -> Callable[[re.Match[str]], str]:
     return rewrite
 
 
+def _hugo_words(match: re.Match[str]) -> str:
+    """
+    What a shortcode shows as words, its line breaks kept: the value of `text`, `title`, `label` or `caption`; a
+    tab's `name`; a glossary tooltip's term; a `heading`'s argument (`{{% heading "whatsnext" %}}`); else nothing.
+    """
+    code = match.group(0)
+    name = _HUGO_NAME.match(code)
+    params = {key: a if a is not None else b for key, a, b in _HUGO_PARAM.findall(code)}
+    words = next((params[key] for key in _HUGO_SHOWN if params.get(key)), "")
+    kind = name.group(1) if name else ""
+    if not words and kind == "tab":
+        words = params.get("name", "")
+    elif not words and kind == "glossary_tooltip":
+        words = params.get("term_id", "")
+    elif not words and kind == "heading" and (argument := _HUGO_ARGUMENT.match(code)):
+        words = argument.group(1) or argument.group(2) or ""
+    return words + _blank(match)
+
+
 def _title(match: re.Match[str]) -> str:
     return next((g for g in match.groups() if g), "").strip()
 
@@ -114,6 +140,17 @@ def _title(match: re.Match[str]) -> str:
 def _block_title(match: re.Match[str]) -> str:
     """A pymdownx block's title; an `html` block's argument is a tag (`/// html | div.note`), no title."""
     return "" if (match.group("kind") or "").lower() == "html" else (match.group("title") or "").strip()
+
+
+def _in_comment_after(line: str, comment: bool) -> bool:
+    """Whether an HTML comment is still open after this line (inline code shows `<!--` as text, never opens one)."""
+    rest = _INLINE_CODE.sub("", line)
+    while True:
+        marker = "-->" if comment else "<!--"
+        found = rest.find(marker)
+        if found < 0:
+            return comment
+        comment, rest = not comment, rest[found + len(marker) :]
 
 
 def _fence_code_shortcodes(text: str) -> str:
@@ -163,7 +200,7 @@ _PROSE: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
     (_SCRIPT, _blank),
     (_MDX_IMPORT, _blank),
     (_MDX_EXPORT, _blank),
-    (_HUGO, _blank),
+    (_HUGO, _hugo_words),
     (_LIQUID, _blank),
     (_SNIPPET, _blank),
     (_CODE_INCLUDE, _blank),
@@ -177,11 +214,11 @@ _PROSE: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
 ]
 
 
-def _clean_prose(text: str) -> str:
+def _clean_prose(text: str, closed: set[str]) -> str:
     text, spans = _protect_inline_code(text)
     for pattern, rewrite in _PROSE:
         text = pattern.sub(rewrite, text)
-    text = _TAG.sub(_tag_rewrite(text), text)
+    text = _TAG.sub(_tag_rewrite(closed), text)
     return _restore_inline_code(text, spans)
 
 
@@ -197,22 +234,35 @@ def clean_markup(text: str) -> str:
     out: list[str] = []
     prose: list[str] = []
     fence = ""
+    mdx = ""  # the fence of an open mdx-code-block, whose lines are prose
+    # the components the page closes anywhere: a tab's `</Tabs>` may come after a code block inside it
+    closed = set(_CLOSING_COMPONENT.findall(text))
+    comment = False  # inside an HTML comment, which may hide a whole code block (a translation's original)
     for line in lines:
         if fence:
             out.append(line)
             if closes_fence(line, fence):
                 fence = ""
             continue
+        if comment or "<!--" in line:
+            comment = _in_comment_after(line, comment)
+            prose.append(line)
+            continue
+        rendered = MDX_CODE_BLOCK.match(line)
+        if (mdx and closes_fence(line, mdx)) or (rendered and not mdx):
+            prose.append("")
+            mdx = "" if mdx else rendered.group(1) if rendered else ""
+            continue
         opened = opening_fence(line)
         if opened:
-            out.extend(_clean_prose("\n".join(prose)).split("\n") if prose else [])
+            out.extend(_clean_prose("\n".join(prose), closed).split("\n") if prose else [])
             prose = []
             out.append(line)
             fence = opened
             continue
         prose.append(line)
     if prose:
-        out.extend(_clean_prose("\n".join(prose)).split("\n"))
+        out.extend(_clean_prose("\n".join(prose), closed).split("\n"))
     return "\n".join(out)
 
 
@@ -227,9 +277,10 @@ class MarkupCleaner:
     the markers of MkDocs (`!!! note`, `=== "Tab"`), Docusaurus (`:::tip`) and GitHub (`> [!NOTE]`) admonitions (their
     text and title stay), reference links (`[text][ref]` keeps its text; the `[ref]: url` lines go) and heading
     anchors (`{#id}`). Code shortcodes (`highlight`, `code`, `code-toggle`, Liquid's `highlight`) become fenced blocks;
-    fenced code and inline code are never changed. Every removed piece leaves its line breaks, so a chunk's line range
-    still points into the file. Only documents whose `markup` meta is one of `markups` are cleaned (the converters set
-    it; Haystack's own leave it unset: their HTML comes out as clean markdown, their text is text).
+    fenced code and inline code are never changed, except Docusaurus' `mdx-code-block` fences, which hold MDX the site
+    renders: the fences go and their content is cleaned as prose. Every removed piece leaves its line breaks, so a
+    chunk's line range still points into the file. Only documents whose `markup` meta is one of `markups` are cleaned
+    (the converters set it; Haystack's own leave it unset: their HTML comes out as clean markdown, their text is text).
 
     ### Usage example
 

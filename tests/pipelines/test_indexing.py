@@ -366,6 +366,9 @@ class TestIndexingPipelineShape:
 
     def test_files_of_a_type_no_converter_takes_are_listed_hidden_ones_left_out(self, tmp_path, tiny_kb):
         (tiny_kb / "deck.pptx").write_bytes(b"PK\x03\x04 slides")
+        (tiny_kb / "_category_.yml").write_text(
+            "label: Alerts\n", encoding="utf-8"
+        )  # no partial: no converter takes it
         (tiny_kb / "alerts" / "answers.jsonl").write_text('{"a": 1}\n', encoding="utf-8")
         (tiny_kb / ".draft.md").write_text("# Hidden\n\ntext", encoding="utf-8")
         (tiny_kb / ".git").mkdir()
@@ -377,6 +380,7 @@ class TestIndexingPipelineShape:
             indexer.close()
         assert (summary.files, summary.indexed, summary.failed) == (3, 3, 0)
         assert summary.unsupported == [
+            {"source": "_category_.yml", "type": ".yml"},
             {"source": "alerts/answers.jsonl", "type": ".jsonl"},
             {
                 "source": "deck.pptx",

@@ -61,6 +61,8 @@ def build_knowledge(root: Path) -> Path:
     shutil.copytree(FIXTURES / "mkdocs" / "docs", root / "mkdocs")
     shutil.copytree(FIXTURES / "jekyll" / "docs", root / "jekyll")
     shutil.copytree(FIXTURES / "fastapi", root / "fastapi", ignore=shutil.ignore_patterns("LICENSE", "SOURCES.md"))
+    shutil.copytree(FIXTURES / "kubernetes" / "content" / "zh-cn", root / "kubernetes")
+    shutil.copytree(FIXTURES / "docusaurus" / "docs", root / "docusaurus")
     for kind, pattern in (("pdf", "*.pdf"), ("docx", "*.docx"), ("html", "*.html"), ("text", "doc/*.txt")):
         (root / "manuals").mkdir(exist_ok=True)
         for path in (FIXTURES / kind).glob(pattern):
@@ -114,7 +116,9 @@ class TestRealDocumentation:
         assert summary.failures == []
         not_indexed = {entry["source"] for entry in summary.not_indexed}
         # hugoDocs' `_common` pages are text that pages include; Jekyll's `_includes` too
-        assert {s for s in not_indexed if not s.startswith(("_common/", "jekyll/_includes/"))} == set()
+        assert {s for s in not_indexed if not s.startswith(("_common/", "jekyll/_includes/"))} == {
+            "docusaurus/guides/markdown-features/_markdown-partial-example.mdx"  # a Docusaurus partial
+        }
         assert "_common/installation/homebrew.md" in not_indexed
         # FastAPI's code files are shown by the pages that include them, not indexed on their own
         assert {u["source"] for u in summary.unsupported} == {
@@ -160,6 +164,21 @@ class TestRealDocumentation:
         middleware = _of(chunks, "fastapi/docs/zh/docs/tutorial/middleware.md")
         assert {c.meta["title"] for c in middleware} == {"中间件"}
         assert any("async def add_process_time_header(" in c.content for c in middleware)
+
+    def test_kubernetes_keeps_the_words_of_its_glossary_links_and_never_the_english_it_comments_out(self, chunks):
+        cron = _of(chunks, "kubernetes/docs/concepts/workloads/controllers/cron-jobs.md")
+        text = "\n".join(c.content for c in cron)
+        assert "**CronJob** 创建基于时隔重复调度的 Job。" in text  # the tooltip's word, not a hole
+        assert "day of the month" not in text and "月的某天 (1 - 31)" in text  # the original's code block stays hidden
+        assert not [c for c in cron if c.meta["breadcrumb"].endswith(">") or "##" in c.content]
+
+    def test_an_mdx_page_shows_its_partial_and_renders_its_mdx_code_blocks(self, chunks):
+        react = _of(chunks, "docusaurus/guides/markdown-features/markdown-features-react.mdx")
+        text = "\n".join(c.content for c in react)
+        assert "This is text some content from" in text  # the imported partial, where `<PartialExample />` was
+        prose = "\n".join(_prose(c.content) for c in react)  # the page's code shows JSX as examples
+        assert "mdx-code-block" not in prose and "export const" not in prose and "<BrowserWindow" not in prose
+        assert "{children}" not in prose  # a multi-line export statement goes whole
 
     def test_a_section_page_of_front_matter_only_is_its_description(self, chunks):
         (page,) = _of(chunks, "installation/_index.md")
@@ -258,6 +277,11 @@ class TestRealDocumentation:
             (
                 "FastAPI 怎么在每个请求前后运行自己的代码，比如统计处理时间？",
                 "fastapi/docs/zh/docs/tutorial/middleware.md",
+            ),
+            ("CronJob 的调度时间按哪个时区计算？", "kubernetes/docs/concepts/workloads/controllers/cron-jobs.md"),
+            (
+                "How can several Docusaurus pages reuse the same piece of markdown?",
+                "docusaurus/guides/markdown-features/markdown-features-react.mdx",
             ),
         ],
     )

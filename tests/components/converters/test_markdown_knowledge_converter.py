@@ -231,6 +231,25 @@ class TestMarkdownKnowledgeConverter:
             "include not resolved: ../../docs_src/gone.py (not found under the knowledge root)"
         ]
 
+    def test_an_imported_mdx_partial_is_shown_where_the_page_uses_it(self, tmp_path: Path):
+        (tmp_path / "guides").mkdir()
+        (tmp_path / "guides" / "_intro.mdx").write_text("---\nid: x\n---\nPartials hold shared text.\n")
+        (tmp_path / "guides" / "page.mdx").write_text(
+            "# Reuse\n\nimport Intro from './_intro.mdx';\nimport Gone from './_gone.mdx';\n\n"
+            '```mdx-code-block\n<BrowserWindow>\n  <Intro name="a" />\n</BrowserWindow>\n```\n\n<Gone />\n\n'
+            "```jsx\n<Intro />\n```\n"
+        )
+        out = MarkdownKnowledgeConverter().run(
+            sources=[tmp_path / "guides" / "page.mdx"], meta={"source": "guides/page.mdx"}
+        )
+        [doc] = out["documents"]
+        assert "<BrowserWindow>\nPartials hold shared text.\n</BrowserWindow>" in doc.content
+        assert "```jsx\n<Intro />\n```" in doc.content  # code shows it, never runs it
+        assert doc.meta["included_files"] == ["guides/_intro.mdx"]
+        assert [w["reason"] for w in out["warnings"]] == [
+            "include not resolved: ./_gone.mdx (not found under the knowledge root)"
+        ]
+
     def test_a_stream_without_a_path_reports_its_includes_unresolved(self):
         stream = ByteStream(b'# T\n\n{{% include "/x.md" %}}\n', meta={"source": "a.md"})
         out = MarkdownKnowledgeConverter().run(sources=[stream])

@@ -74,6 +74,10 @@ class TestMarkupCleaner:
         ("text", "expected"),
         [
             ('{{< note >}}Enable it {{% param "minVersion" %}}.{{< /note >}}', "Enable it ."),
+            ('请使用 {{< glossary_tooltip text="Secret" term_id="secret" >}}，', "请使用 Secret，"),
+            ('A {{< glossary_tooltip term_id="pod" >}} runs.', "A pod runs."),
+            ('## {{% heading "whatsnext" %}}\n{{% alert title="Note" %}}x{{% /alert %}}', "## whatsnext\nNotex"),
+            ('{{< tab name="ARM64" codelang="bash" >}}\ncurl{{< /tab >}}', "ARM64\ncurl"),
             ("{{< new-in v0.159.2 />}} New.", " New."),
             ("See [Troubleshooting]({{ '/docs/troubleshooting/' | relative_url }}).", "See Troubleshooting."),
             ("Version {{ site.data.ruby.current_version }} {% raw %}x{% endraw %}", "Version  x"),
@@ -93,6 +97,23 @@ class TestMarkupCleaner:
     )
     def test_shortcodes_liquid_links_and_tags_leave_their_text(self, text, expected):
         assert clean_markup(text) == expected
+
+    def test_an_mdx_code_block_is_rendered_mdx_so_its_markup_goes_and_its_code_stays(self):
+        text = (
+            "import Tabs from '@theme/Tabs'; import TabItem from '@theme/TabItem';\n\n"
+            '````mdx-code-block\n<Tabs>\n<TabItem value="npm" label="npm">\n\n```bash\nnpm install\n```\n\n'
+            "</TabItem>\n</Tabs>\n````\n\n```jsx\n<Tabs>\n```"
+        )
+        out = clean_markup(text)
+        assert out.count("\n") == text.count("\n")
+        # the tabs close after a code block inside them: the opening tag goes all the same
+        assert out == "\n\n\n\nnpm\n\n```bash\nnpm install\n```\n\n\n\n\n\n```jsx\n<Tabs>\n```"
+
+    def test_a_comment_hides_the_code_block_it_wraps(self):
+        # Kubernetes' Chinese pages keep the English original, code blocks too, in comments
+        text = "说明。\n<!--\nOriginal:\n```yaml\n# a comment\n```\n-->\n```yaml\n# 注释\n```\nUse `<!--`.\n```\nx\n```"
+        out = clean_markup(text)
+        assert out == "说明。\n\n\n\n\n\n\n```yaml\n# 注释\n```\nUse `<!--`.\n```\nx\n```"
 
     def test_mkdocs_admonitions_and_tabs_keep_title_and_body_at_the_margin(self):
         text = '!!! warning "Careful"\n    Indented body.\n\n=== "Tab one"\n\n    Inside the tab.\n\nAfter.'
