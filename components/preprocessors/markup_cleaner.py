@@ -271,16 +271,18 @@ class MarkupCleaner:
     """
     Removes the markup documentation sites put in markdown, keeping the text, so that only words are embedded.
 
-    HTML comments (an Apache licence header's `#` lines are no headings), MDX `import`/`export` lines and
-    `{/* */}` comments, JSX components and HTML layout tags (their inner text is kept; a tab's `label` stays as a line),
-    Hugo shortcodes (`{{< >}}`, `{{% %}}`: the delimiters go, the text between a pair stays), Jekyll/Liquid tags,
-    the markers of MkDocs (`!!! note`, `=== "Tab"`), Docusaurus (`:::tip`) and GitHub (`> [!NOTE]`) admonitions (their
-    text and title stay), reference links (`[text][ref]` keeps its text; the `[ref]: url` lines go) and heading
-    anchors (`{#id}`). Code shortcodes (`highlight`, `code`, `code-toggle`, Liquid's `highlight`) become fenced blocks;
-    fenced code and inline code are never changed, except Docusaurus' `mdx-code-block` fences, which hold MDX the site
-    renders: the fences go and their content is cleaned as prose. Every removed piece leaves its line breaks, so a
-    chunk's line range still points into the file. Only documents whose `markup` meta is one of `markups` are cleaned
-    (the converters set it; Haystack's own leave it unset: their HTML comes out as clean markdown, their text is text).
+    HTML comments (an Apache licence header's `#` lines are no headings), MDX `import`/`export` lines and `{/* */}`
+    comments, JSX components and HTML layout tags (their inner text is kept; a tab's `label` stays as a line), Hugo
+    shortcodes (`{{< >}}`, `{{% %}}`: the delimiters go, the text between a pair stays, and so do the words a shortcode
+    shows: its `text`, `title`, `label` or `caption`, a tab's name), Jekyll/Liquid tags, the markers of MkDocs (`!!!
+    note`, `=== "Tab"`, pymdownx's `/// note | Title`), Docusaurus (`:::tip`) and GitHub (`> [!NOTE]`) admonitions
+    (their text and title stay), a comment's code blocks, reference links (`[text][ref]` keeps its text; the `[ref]:
+    url` lines go) and heading anchors (`{#id}`). Code shortcodes (`highlight`, `code`, `code-toggle`, Liquid's
+    `highlight`) become fenced blocks; fenced code and inline code are never changed, except Docusaurus'
+    `mdx-code-block` fences, which hold MDX the site renders: the fences go and their content is cleaned as prose. Every
+    removed piece leaves its line breaks, so a chunk's line range still points into the file. Only documents whose
+    `markup` meta is one of `markups` are cleaned (the converters set it; Haystack's own leave it unset: their HTML
+    comes out as clean markdown, their text is text).
 
     ### Usage example
 
