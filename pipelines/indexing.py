@@ -32,7 +32,7 @@ from components.store.knowledge_store import KnowledgeStore
 from components.store.lexical import Bm25ChunkIndex
 from components.store.schema import CROSSLINGUAL_META_KEY
 from components.store.vector_table import VectorTable
-from pipelines.knowledge_files import DEFAULT_PARTIAL_FOLDERS, find_knowledge_files, is_partial
+from pipelines.knowledge_files import DEFAULT_PARTIAL_FOLDERS, find_knowledge_files, headless_folders, is_partial
 from pipelines.loading import load_pipeline_file
 from pipelines.settings import ALLOWED_MODULES, DEFAULT_INDEXING_PIPELINE, Deployment, lite_file_in
 
@@ -737,7 +737,8 @@ class KnowledgeIndexer:
         unsupported = [{"source": found.files[p], "type": _type_of(p)} for p in left]
         # a partial is read by the pages that include it, never a page of its own; only a file the pipeline takes is
         # one (Docusaurus' `_category_.yml` is sidebar settings, of a type no converter takes)
-        inside = {p for p in taken if is_partial(found.files[p], partials)}
+        headless = headless_folders({p: found.files[p] for p in taken})
+        inside = {p for p in taken if is_partial(found.files[p], partials, headless)}
         self._partials.extend(
             {"source": found.files[p], "reason": "a partial: pages include it, it is no page"}
             for p in taken

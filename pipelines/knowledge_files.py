@@ -7,6 +7,7 @@ module only walks the folder, so that the version bookkeeping knows nothing of m
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,19 +47,52 @@ def _unusable(path: Path, root: Path) -> str | None:
 DEFAULT_PARTIAL_FOLDERS = ["_common", "_includes", "_partials", "partials"]
 
 
-def is_partial(source: str, partial_folders: list[str]) -> bool:
+#: Hugo's headless bundle: an `index.md` or `_index.md` whose front matter says `headless: true` publishes no page
+_HEADLESS = re.compile(
+    r"\A(?:---|\+\+\+)[ \t]*\n(?:(?!(?:---|\+\+\+)[ \t]*\n).*\n)*?headless\s*[:=]\s*true\b", re.MULTILINE
+)
+_BUNDLE_INDEX = ("index.md", "_index.md")
+
+
+def headless_folders(files: dict[Path, str]) -> list[str]:
     """
-    Whether a file is a partial: under one of the partial folders, or named `_name.ext` as Docusaurus names its
-    partials (Hugo's `_index.md` section pages are pages).
+    The folders of Hugo headless bundles (Kubernetes keeps its include files in them): what they hold is read through
+    the pages that include it, never published as a page.
+
+    :param files: Files by path, with their source.
+    :returns: The folders' sources, each ending with `/` ('' for the knowledge root itself).
+    """
+    folders = []
+    for path, source in files.items():
+        if path.name not in _BUNDLE_INDEX:
+            continue
+        try:
+            with path.open("rb") as handle:
+                head = handle.read(4096).decode("utf-8", errors="replace").replace("\r\n", "\n")
+        except OSError:
+            continue
+        if _HEADLESS.match(head):
+            folder = source.rpartition("/")[0]
+            folders.append(f"{folder}/" if folder else "")
+    return folders
+
+
+def is_partial(source: str, partial_folders: list[str], headless: list[str] | None = None) -> bool:
+    """
+    Whether a file is a partial: under one of the partial folders or in a headless bundle (`headless_folders`), or
+    named `_name.ext` as Docusaurus names its partials (Hugo's `_index.md` section pages are pages).
 
     :param source: The file's path relative to the knowledge root, `/`-separated.
     :param partial_folders: Folder names whose files are partials.
+    :param headless: Folders (ending with `/`) whose files are partials.
     :returns: True for a partial.
     """
     parts = source.split("/")
     name = parts[-1]
-    return any(folder in partial_folders for folder in parts[:-1]) or (
-        name.startswith("_") and not name.startswith("_index.")
+    return (
+        any(folder in partial_folders for folder in parts[:-1])
+        or any(source.startswith(folder) for folder in headless or [])
+        or (name.startswith("_") and not name.startswith("_index."))
     )
 
 

@@ -130,7 +130,8 @@ def _include_candidates(target: str, kind: str, source: str, root: Path) -> list
         return [f / "_includes" / target for f in sites] + [root / target.lstrip("/")]
     if target.startswith("/"):  # Hugo: the site's content root
         return [f / target.lstrip("/") for f in reversed(sites)]
-    return [here / target, *(f / target for f in reversed(sites))]
+    # Hugo: beside the page, under the site's root, or in its `includes` bundle (as Kubernetes' shortcode looks)
+    return [here / target, *(f / target for f in reversed(sites)), *(f / "includes" / target for f in reversed(sites))]
 
 
 class _Includes:

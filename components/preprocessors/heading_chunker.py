@@ -300,12 +300,15 @@ class HeadingChunker:
         return chunks
 
     @staticmethod
-    def _with_description(sections: list[_Section], description: str, content: str) -> list[_Section]:
-        """The page's description as its lead paragraph, unless the text already says it."""
+    def _with_description(sections: list[_Section], description: str, content: str, title: str) -> list[_Section]:
+        """
+        The page's description as its lead paragraph, unless the text already says it: before the page's first
+        words when they stand under no heading or only under the title (a page's `# Title`), else on its own.
+        """
         if not description or " ".join(description.split()) in " ".join(content.split()):
             return sections
         lead = _Unit(description, "block", -1, -1)
-        if sections and not sections[0].path:
+        if sections and all(heading == title for heading in sections[0].path):
             return [_Section(path=[], blocks=[lead, *sections[0].blocks]), *sections[1:]]
         return [_Section(path=[], blocks=[lead]), *sections]
 
@@ -335,7 +338,7 @@ class HeadingChunker:
                 pages.append(page)
             outline = _outline_headings(content.split("\n"), pages, document.meta.get("outline") or [])
         sections = _split_sections(content, headings=meta.get("markup", "markdown") != "text", outline=outline)
-        sections = self._with_description(sections, str(meta.get("description") or ""), content)
+        sections = self._with_description(sections, str(meta.get("description") or ""), content, title)
         pieces: list[tuple[str, _Unit]] = []
         for section in sections:
             trail = [title] if title else []

@@ -494,6 +494,34 @@ class TestIndexingPipelineShape:
 
 
 class TestIncludesAndPartials:
+    def test_a_hugo_headless_bundle_is_partials_that_pages_include_from_the_sites_includes_folder(self, tmp_path):
+        # Kubernetes' layout: content/<lang>/includes is a headless bundle; pages include its files by name
+        kb = tmp_path / "kb"
+        (kb / "includes").mkdir(parents=True)
+        (kb / "tasks" / "tools" / "included").mkdir(parents=True)
+        (kb / "includes" / "index.md").write_text("---\nheadless: true\n---\n", encoding="utf-8")
+        (kb / "includes" / "prereqs.md").write_text("You need a cluster and kubectl.\n", encoding="utf-8")
+        (kb / "tasks" / "tools" / "included" / "_index.md").write_text("+++\nheadless = true\n+++\n", encoding="utf-8")
+        (kb / "tasks" / "tools" / "included" / "verify.md").write_text("Run kubectl version.\n", encoding="utf-8")
+        (kb / "tasks" / "tools" / "install.md").write_text(
+            '# Install\n\n{{< include "prereqs.md" >}}\n\n{{< include "included/verify.md" >}}\n', encoding="utf-8"
+        )
+        indexer = KnowledgeIndexer(Deployment.resolve(tmp_path / "data"))
+        try:
+            summary = indexer.index(kb, progress=False)
+            store = indexer.collection
+            [page] = store.chunks_of(store.active_versions())
+        finally:
+            indexer.close()
+        assert (summary.indexed, summary.warnings) == (1, [])
+        assert {n["source"] for n in summary.not_indexed} == {
+            "includes/index.md",
+            "includes/prereqs.md",
+            "tasks/tools/included/_index.md",
+            "tasks/tools/included/verify.md",
+        }
+        assert page.content == "You need a cluster and kubectl.\n\nRun kubectl version."
+
     def test_an_edited_include_indexes_the_pages_that_include_it_and_the_partial_is_no_page(self, tmp_path):
         kb = tmp_path / "kb"
         (kb / "_common").mkdir(parents=True)

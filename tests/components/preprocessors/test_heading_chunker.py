@@ -167,3 +167,8 @@ class TestHeadingChunker:
         assert lead.content.startswith("How to set it up.")
         said = HeadingChunker().run([_doc("How to set it up. Run it.", description="How to set it up.")])
         assert said["documents"][0].content == "How to set it up. Run it."
+        # under the page's own `# Title` the lead joins the first words, never a chunk of its own
+        [page] = HeadingChunker().run([_doc("# Disk Full\n\nRun df.", description="When a disk fills up.")])[
+            "documents"
+        ]
+        assert page.content == "When a disk fills up.\n\nRun df." and page.meta["breadcrumb"] == "Disk Full"
