@@ -75,7 +75,11 @@ _TAG = re.compile(
 _CLOSING_COMPONENT = re.compile(r"</([A-Z][\w.]*)\s*>")
 _LABEL = re.compile(r"""\blabel\s*=\s*(?:"([^"]*)"|'([^']*)'|\{\s*["']([^"']*)["']\s*\})""")
 _SCRIPT = re.compile(r"<(script|style|head)\b[^>]*>.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
-_DOCUSAURUS = re.compile(r"^[ \t]*:::+[ \t]*(?:[\w-]+)?(?:[ \t]*\[([^\]\n]*)\]|[ \t]+([^\n]*?))?[ \t]*$", re.MULTILINE)
+#: Docusaurus admonitions: `:::tip`, `:::tip Title`, `:::tip[Title]`, with attributes after them (`{.padding--lg}`)
+_DOCUSAURUS = re.compile(
+    r"^[ \t]*:::+[ \t]*(?:[\w-]+)?(?:[ \t]*\[([^\]\n]*)\]|[ \t]+([^{\n]*?))?(?:[ \t]*\{[^}\n]*\})?[ \t]*$",
+    re.MULTILINE,
+)
 #: MkDocs admonitions (`!!! note "Title"`, `??? tip`, with modifiers such as `inline end`) and Material's content tabs
 _MKDOCS = re.compile(
     r"^(?P<indent>[ \t]*)(?:(?:!!!|\?\?\?\+?)[ \t]+[\w-]+(?:[ \t]+[\w-]+)*|===\+?)"

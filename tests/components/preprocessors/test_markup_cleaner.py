@@ -93,6 +93,7 @@ class TestMarkupCleaner:
             ("/// html | div.grid\nA\n///\n/// a doc comment, prose", "\nA\n\n/// a doc comment, prose"),
             ("Before.\n{* ../../docs_src/app.py hl[3] *}\nAfter.", "Before.\n\nAfter."),
             ('100% <dfn title="tested">test coverage</dfn> <cite>x</cite>', "100% test coverage x"),
+            (":::note[With classes]{.padding--lg}\nx\n:::\n:::tip{#an-id}\ny\n:::", "With classes\nx\n\n\ny\n"),
         ],
     )
     def test_shortcodes_liquid_links_and_tags_leave_their_text(self, text, expected):

@@ -1,0 +1,95 @@
+"""Count the doc-site markup left in the chunks of a folder of markdown, as a new user's first look at their chunks.
+
+    python benchmarks/markup_residue.py path/to/site/docs [--pipeline pipelines/indexing.yaml]
+
+runs the shipped indexing pipeline's markdown converter, markup cleaner, metadata, cleaner and chunker (no embedding,
+no store: seconds, not minutes) over the folder's `.md` and `.mdx` pages, the partials left out as `index` leaves
+them, and prints one JSON line: pages, chunks, unresolved includes, titles still holding a heading anchor, and per
+residue pattern the chunks whose text outside code matches it. Run it on a checkout before and after a change to the
+cleaning to see what the change did to a site.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from haystack.core.serialization import component_from_dict
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pipelines.knowledge_files import DEFAULT_PARTIAL_FOLDERS, find_knowledge_files, headless_folders, is_partial
+from pipelines.settings import DEFAULT_INDEXING_PIPELINE
+
+#: markup that no chunk should carry outside code
+PATTERNS = {
+    "pymdownx /// marker": r"^\s*/{3,}(?:\s*[\w-]+)?(?:\s*\|.*)?$",
+    "{* include *}": r"\{\*|\*\}",
+    "Hugo shortcode": r"\{\{[<%]|[>%]\}\}",
+    "Liquid/Vue {{ }} or {% %}": r"\{\{|\{%",
+    "JSX tag": r"</?[A-Z][\w.]*[\s/>]",
+    "HTML tag": r"</?(?:div|span|dfn|abbr|details|summary|img|br|p|a)\b",
+    "import ... from": r"^import\s.*\sfrom\s",
+    "export statement": r"^export\s+(?:const|default|function|let|var)\b",
+    "comment": r"<!--|-->",
+    "admonition marker": r"^\s*(?::::*|!!!|\?\?\?)",
+    "bare heading marks": r"^#{1,6}\s*$",
+}
+_FENCED = re.compile(r"^\s*(```+|~~~+).*?^\s*\1[^\n]*$", re.DOTALL | re.MULTILINE)
+_INLINE = re.compile(r"(`+)(?:(?!\1).)+?\1")
+_STEPS = ("markup", "metadata", "cleaner", "chunker")
+
+
+def _component(spec: dict[str, Any], name: str) -> Any:
+    entry = spec[name]
+    module, _, cls = entry["type"].rpartition(".")
+    data = {"type": entry["type"], "init_parameters": entry.get("init_parameters", {})}
+    return component_from_dict(getattr(importlib.import_module(module), cls), data, name)
+
+
+def residue(folder: Path, pipeline: Path) -> dict[str, Any]:
+    """The figures of one folder (see the module's docstring)."""
+    spec = yaml.safe_load(pipeline.read_text(encoding="utf-8"))
+    partial_folders = (spec.get("metadata") or {}).get("partial_folders", DEFAULT_PARTIAL_FOLDERS)
+    pages = {p: s for p, s in find_knowledge_files(folder).files.items() if p.suffix in (".md", ".mdx")}
+    headless = headless_folders(pages)
+    pages = {p: s for p, s in pages.items() if not is_partial(s, partial_folders, headless)}
+    converted = _component(spec["components"], "markdown").run(
+        sources=list(pages), meta=[{"source": s} for s in pages.values()]
+    )
+    documents = converted["documents"]
+    for step in _STEPS:
+        documents = _component(spec["components"], step).run(documents=documents)["documents"]
+    counts = dict.fromkeys(PATTERNS, 0)
+    for chunk in documents:
+        prose = _INLINE.sub("", _FENCED.sub("", chunk.content or ""))
+        for name, pattern in PATTERNS.items():
+            counts[name] += bool(re.search(pattern, prose, re.MULTILINE))
+    titles = {c.meta["source"]: str(c.meta.get("title", "")) for c in documents}
+    return {
+        "pages": len(pages),
+        "chunks": len(documents),
+        "failures": len(converted["failures"]),
+        "unresolved includes": len(converted["warnings"]),
+        "titles with an anchor": sum(bool(re.search(r"\{\s*#", t)) for t in titles.values()),
+        "chunks with residue": counts,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("folder", type=Path, help="a folder of markdown pages (a site's docs)")
+    parser.add_argument("--pipeline", type=Path, default=DEFAULT_INDEXING_PIPELINE, help="indexing pipeline YAML")
+    args = parser.parse_args()
+    print(json.dumps(residue(args.folder.resolve(), args.pipeline), ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
