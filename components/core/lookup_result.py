@@ -42,8 +42,9 @@ class EvidenceBlock(_Contract):
     category: str = ""
     retrieval_layer: Literal["L1", "L0+L1"]
     content: str
-    #: the rank score the blocks are ordered by (similarity, minus the language balance, plus the lexical bonus, the
-    #: cross-lingual bonus and rule boosts): compare it within one result only; threshold `similarity` instead
+    #: the rank score the blocks are ordered by (similarity, plus the language balance's adjustment, the lexical
+    #: bonus, the cross-lingual bonus and rule boosts): compare it within one result only; threshold `similarity`
+    #: instead
     score: float
     #: normalized dense similarity to the query, 0-1, the same meaning on every path and metric
     similarity: float

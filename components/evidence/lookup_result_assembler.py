@@ -37,7 +37,7 @@ def _score_label(doc: Document, ceiling: float | None) -> str:
     return (
         f"similarity {similarity:.4f} ({raw_text} via {meta.get('retrieval_path', '?')} path{noise}), "
         f"lexical coverage {float(meta.get('lexical_coverage', 0.0)):.2f}; rank score {doc.score or 0.0:.4f} = "
-        f"similarity - language balance {float(meta.get('language_offset', 0.0)):.4f} + lexical bonus "
+        f"similarity + language balance {-float(meta.get('language_offset', 0.0)):+.4f} + lexical bonus "
         f"{float(meta.get('lexical_score', 0.0)):.4f}{crosslingual} + rule boosts {boost:.4f}"
     )
 

@@ -305,6 +305,12 @@ class TestLookupResultAssembler:
         assert "similarity 0.8765" in block["scoreLabel"]
         assert "-0.0435 against the noise ceiling 0.9200" in block["scoreLabel"]
 
+    def test_the_score_label_shows_the_language_balance_as_the_sign_it_adds(self):
+        doc = _doc(1, "x", score=0.9, base=0.9)
+        doc.meta["language_offset"] = -0.0524  # subtracted from the similarity: the block rises by 0.0524
+        label = LookupResultAssembler().run(**_inputs([doc]))["result"]["evidenceBlocks"][0]["scoreLabel"]
+        assert "similarity + language balance +0.0524 + lexical bonus" in label
+
     def test_block_with_long_content_keeps_full_content_in_result(self):
         long_text = "word " * 2000
         result = LookupResultAssembler().run(**_inputs([_doc(1, long_text)]))["result"]
