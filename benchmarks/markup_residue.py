@@ -6,12 +6,15 @@ runs the shipped indexing pipeline's markdown converter, markup cleaner, metadat
 no store: seconds, not minutes) over the folder's `.md` and `.mdx` pages, the partials left out as `index` leaves
 them, and prints one JSON line: pages, chunks, unresolved includes, titles still holding a heading anchor, and per
 residue pattern the chunks whose text outside code matches it. Run it on a checkout before and after a change to the
-cleaning to see what the change did to a site.
+cleaning to see what the change did to a site. `--chunks FILE` also writes every chunk's source, index, title,
+breadcrumb, lines and a hash of its text: two checkouts' files are equal exactly when they chunk the folder alike
+(what an embedding sees), so a change that leaves an evaluation set's file equal cannot move its `eval` figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import json
 import re
@@ -53,8 +56,8 @@ def _component(spec: dict[str, Any], name: str) -> Any:
     return component_from_dict(getattr(importlib.import_module(module), cls), data, name)
 
 
-def residue(folder: Path, pipeline: Path) -> dict[str, Any]:
-    """The figures of one folder (see the module's docstring)."""
+def residue(folder: Path, pipeline: Path, chunks_file: Path | None = None) -> dict[str, Any]:
+    """The figures of one folder (see the module's docstring); `chunks_file` receives the chunks' digests."""
     spec = yaml.safe_load(pipeline.read_text(encoding="utf-8"))
     partial_folders = (spec.get("metadata") or {}).get("partial_folders", DEFAULT_PARTIAL_FOLDERS)
     pages = {p: s for p, s in find_knowledge_files(folder).files.items() if p.suffix in (".md", ".mdx")}
@@ -71,6 +74,20 @@ def residue(folder: Path, pipeline: Path) -> dict[str, Any]:
         prose = _INLINE.sub("", _FENCED.sub("", chunk.content or ""))
         for name, pattern in PATTERNS.items():
             counts[name] += bool(re.search(pattern, prose, re.MULTILINE))
+    if chunks_file is not None:
+        rows = [
+            [
+                c.meta["source"],
+                c.meta["chunk_index"],
+                c.meta.get("title"),
+                c.meta.get("breadcrumb"),
+                c.meta.get("line_start"),
+                c.meta.get("line_end"),
+                hashlib.sha256((c.content or "").encode()).hexdigest()[:16],
+            ]
+            for c in documents
+        ]
+        chunks_file.write_text(json.dumps(sorted(rows, key=lambda r: (r[0], r[1])), ensure_ascii=False), "utf-8")
     titles = {c.meta["source"]: str(c.meta.get("title", "")) for c in documents}
     return {
         "pages": len(pages),
@@ -86,8 +103,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("folder", type=Path, help="a folder of markdown pages (a site's docs)")
     parser.add_argument("--pipeline", type=Path, default=DEFAULT_INDEXING_PIPELINE, help="indexing pipeline YAML")
+    parser.add_argument("--chunks", type=Path, default=None, help="also write every chunk's digest to this file")
     args = parser.parse_args()
-    print(json.dumps(residue(args.folder.resolve(), args.pipeline), ensure_ascii=False))
+    print(json.dumps(residue(args.folder.resolve(), args.pipeline, args.chunks), ensure_ascii=False))
     return 0
 
 
