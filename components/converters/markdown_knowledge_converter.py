@@ -99,13 +99,25 @@ _INCLUDE = re.compile(
     # pymdownx.snippets, as MkDocs Material sites include: `--8<-- "path"` on a line of its own
     r"|^[ \t]*-+8<-+[ \t]+[\"'](?P<snippet>[^\"'\n]+)[\"'][ \t]*$"
     # a source file shown as code, as FastAPI's docs write it: `{* ../../docs_src/app.py hl[3] *}` on its own line
-    r"|^[ \t]*\{\*[ \t]*(?P<code>[^\s*]+)[^\n]*?\*\}[ \t]*$",
+    r"|^[ \t]*\{\*[ \t]*(?P<code>[^\s*]+)[^\n]*?\*\}[ \t]*$"
+    # a Hugo site's code example, as Kubernetes shows one: `{{< codenew file="pods/pod.yaml" >}}`, `code_sample`
+    r"|\{\{[<%]-?\s*(?:codenew|code_sample)\s[^}]*?\bfile\s*=\s*[\"'](?P<sample>[^\"'\s]+)[\"'][^}]*?-?[>%]\}\}",
     re.MULTILINE,
 )
 #: an MDX import of a markdown partial (`import Intro from './_intro.mdx';`), which `<Intro />` then shows
 _MDX_PARTIAL = re.compile(r"^import\s+([A-Z]\w*)\s+from\s+[\"'](\.{1,2}/[^\"'\n]+\.mdx?)[\"'];?[ \t]*$", re.MULTILINE)
 #: the language of an included source file's code block, by its suffix (others: none)
-_CODE_LANGUAGES = {".py": "python", ".js": "javascript", ".ts": "typescript", ".sh": "bash", ".json": "json"}
+_CODE_LANGUAGES = {
+    ".py": "python",
+    ".js": "javascript",
+    ".ts": "typescript",
+    ".sh": "bash",
+    ".json": "json",
+    ".yaml": "yaml",
+    ".yml": "yaml",
+    ".go": "go",
+    ".toml": "toml",
+}
 #: how deep included files may include others
 MAX_INCLUDE_DEPTH = 3
 
@@ -130,8 +142,10 @@ def _include_candidates(target: str, kind: str, source: str, root: Path) -> list
         return [f / "_includes" / target for f in sites] + [root / target.lstrip("/")]
     if target.startswith("/"):  # Hugo: the site's content root
         return [f / target.lstrip("/") for f in reversed(sites)]
-    # Hugo: beside the page, under the site's root, or in its `includes` bundle (as Kubernetes' shortcode looks)
-    return [here / target, *(f / target for f in reversed(sites)), *(f / "includes" / target for f in reversed(sites))]
+    # Hugo: beside the page, under the site's root, or in its folder of includes or, for code, of examples (where
+    # Kubernetes' shortcodes look)
+    folder = "examples" if kind == "code" else "includes"
+    return [here / target, *(f / target for f in reversed(sites)), *(f / folder / target for f in reversed(sites))]
 
 
 class _Includes:
@@ -223,8 +237,9 @@ class _Includes:
         text = ""
         position = 0
         for match in _INCLUDE.finditer(line):
-            target = match.group("hugo") or match.group("jekyll") or match.group("snippet") or match.group("code")
-            kind = "code" if match.group("code") else match.group("kind") or ""
+            code = match.group("code") or match.group("sample")
+            target = match.group("hugo") or match.group("jekyll") or match.group("snippet") or code
+            kind = "code" if code else match.group("kind") or ""
             included = self._read(target, kind, source, depth, seen)
             text += line[position : match.start()] + (match.group(0) if included is None else f"\n{included}\n")
             position = match.end()
@@ -261,7 +276,8 @@ class MarkdownKnowledgeConverter:
     metadata: `id` (default: the file's source), `title` (default: the first heading outside code and comments),
     `category` (alias `domain`), `keywords`, `entities`, and any other key as is. Hugo's `include`/`readfile`
     shortcodes, Jekyll's `include`/`include_relative` tags and MkDocs' `--8<--` snippets are replaced by the body of
-    the file they name (FastAPI-style `{* file.py *}` lines by the file as a code block) when it lies under the
+    the file they name (FastAPI's `{* file.py *}` lines and Hugo's `codenew`/`code_sample` examples by the file as a
+    code block) when it lies under the
     knowledge root (a site's root may be a folder below it); an include the
     converter cannot resolve is reported in `warnings` (and the markup cleaner drops it). `line_map` says which line
     of the file each line of the content is, for the chunks' line ranges.

@@ -127,6 +127,7 @@ class TestRealDocumentation:
             "fastapi/docs_src/middleware/tutorial001_py310.py",
             "fastapi/docs_src/background_tasks/tutorial001_py310.py",
             "fastapi/docs_src/background_tasks/tutorial002_an_py310.py",
+            "kubernetes/examples/application/job/cronjob.yaml",
         }
         assert summary.warnings == []
         # Jekyll's version badge lives in the site's `_includes`, which the page finds from its own folder
@@ -171,6 +172,8 @@ class TestRealDocumentation:
         assert "**CronJob** 创建基于时隔重复调度的 Job。" in text  # the tooltip's word, not a hole
         assert "day of the month" not in text and "月的某天 (1 - 31)" in text  # the original's code block stays hidden
         assert not [c for c in cron if c.meta["breadcrumb"].endswith(">") or "##" in c.content]
+        # its `{{< codenew >}}` example, from the site's examples folder, as a code block
+        assert "```yaml\napiVersion: batch/v1\nkind: CronJob" in text
 
     def test_an_mdx_page_shows_its_partial_and_renders_its_mdx_code_blocks(self, chunks):
         react = _of(chunks, "docusaurus/guides/markdown-features/markdown-features-react.mdx")

@@ -231,6 +231,20 @@ class TestMarkdownKnowledgeConverter:
             "include not resolved: ../../docs_src/gone.py (not found under the knowledge root)"
         ]
 
+    def test_a_hugo_code_example_is_shown_from_the_sites_examples_folder(self, tmp_path: Path):
+        # Kubernetes' layout: content/<lang>/examples holds what `codenew` and `code_sample` show
+        (tmp_path / "examples" / "pods").mkdir(parents=True)
+        (tmp_path / "examples" / "pods" / "pod.yaml").write_text("apiVersion: v1\nkind: Pod\n")
+        page = tmp_path / "docs" / "concepts" / "pods.md"
+        page.parent.mkdir(parents=True)
+        page.write_text('# Pods\n\n{{< codenew file="pods/pod.yaml" >}}\n\n{{% code_sample file="pods/gone.yaml" %}}\n')
+        out = MarkdownKnowledgeConverter().run(sources=[page], meta={"source": "docs/concepts/pods.md"})
+        [doc] = out["documents"]
+        assert "```yaml\napiVersion: v1\nkind: Pod\n```" in doc.content
+        assert [w["reason"] for w in out["warnings"]] == [
+            "include not resolved: pods/gone.yaml (not found under the knowledge root)"
+        ]
+
     def test_an_imported_mdx_partial_is_shown_where_the_page_uses_it(self, tmp_path: Path):
         (tmp_path / "guides").mkdir()
         (tmp_path / "guides" / "_intro.mdx").write_text("---\nid: x\n---\nPartials hold shared text.\n")
