@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from haystack import Document, component, logging
-from haystack.components.converters.utils import get_bytestream_from_source, normalize_metadata
+from haystack.components.converters.utils import normalize_metadata
 from haystack.dataclasses import ByteStream
 from haystack.lazy_imports import LazyImport
 
-from components.core.conversion import convert_each
+from components.core.conversion import check_max_file_bytes, convert_each, read_capped
 
 with LazyImport("Run 'pip install python-docx'") as docx_import:
     import docx
@@ -115,17 +115,12 @@ class DocxKnowledgeConverter:
         :param max_file_bytes: Largest file converted (a larger one is reported as failed).
         :raises ValueError: If the cap is not positive.
         """
-        if max_file_bytes < 1:
-            msg = f"max_file_bytes={max_file_bytes!r} must be a positive number of bytes"
-            raise ValueError(msg)
+        check_max_file_bytes(max_file_bytes)
         docx_import.check()
         self.max_file_bytes = max_file_bytes
 
     def _convert(self, source: str | Path | ByteStream, meta: dict[str, Any]) -> Document:
-        stream = get_bytestream_from_source(source)
-        if len(stream.data) > self.max_file_bytes:
-            msg = f"{len(stream.data)} bytes, over the {self.max_file_bytes}-byte cap (max_file_bytes)"
-            raise ValueError(msg)
+        stream = read_capped(source, self.max_file_bytes)
         merged = {**stream.meta, **meta}
         text, title = docx_to_markdown(stream.data)
         if title and not merged.get("title"):

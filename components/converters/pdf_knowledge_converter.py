@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from haystack import Document, component, logging
-from haystack.components.converters.utils import get_bytestream_from_source, normalize_metadata
+from haystack.components.converters.utils import normalize_metadata
 from haystack.dataclasses import ByteStream
 from haystack.lazy_imports import LazyImport
 
-from components.core.conversion import convert_each
+from components.core.conversion import check_max_file_bytes, convert_each, read_capped
 
 with LazyImport("Run 'pip install pypdf'") as pypdf_import:
     from pypdf import PdfReader
@@ -148,18 +148,13 @@ class PdfKnowledgeConverter:
             on most pages of a document of three pages or more).
         :raises ValueError: If the cap is not positive.
         """
-        if max_file_bytes < 1:
-            msg = f"max_file_bytes={max_file_bytes!r} must be a positive number of bytes"
-            raise ValueError(msg)
+        check_max_file_bytes(max_file_bytes)
         pypdf_import.check()
         self.max_file_bytes = max_file_bytes
         self.remove_page_furniture = remove_page_furniture
 
     def _convert(self, source: str | Path | ByteStream, meta: dict[str, Any]) -> Document:
-        stream = get_bytestream_from_source(source)
-        if len(stream.data) > self.max_file_bytes:
-            msg = f"{len(stream.data)} bytes, over the {self.max_file_bytes}-byte cap (max_file_bytes)"
-            raise ValueError(msg)
+        stream = read_capped(source, self.max_file_bytes)
         try:
             reader = PdfReader(io.BytesIO(stream.data))
             pages = [page.extract_text(extraction_mode="plain") or "" for page in reader.pages]

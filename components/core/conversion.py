@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from haystack import Document, logging
+from haystack.components.converters.utils import get_bytestream_from_source
 from haystack.dataclasses import ByteStream
 
 logger = logging.getLogger(__name__)
@@ -25,6 +26,35 @@ def source_name(source: Source) -> str:
     if isinstance(source, ByteStream):
         return str(source.meta.get("source") or source.meta.get("file_path") or "<bytes>")
     return Path(source).name
+
+
+def check_max_file_bytes(max_file_bytes: int) -> None:
+    """
+    Refuse a file cap that lets no file through.
+
+    :param max_file_bytes: A converter's `max_file_bytes`.
+    :raises ValueError: If it is not positive.
+    """
+    if max_file_bytes < 1:
+        msg = f"max_file_bytes={max_file_bytes!r} must be a positive number of bytes"
+        raise ValueError(msg)
+
+
+def read_capped(source: Source, max_file_bytes: int) -> ByteStream:
+    """
+    A file's bytes, as long as it is no larger than the cap.
+
+    :param source: A path or a `ByteStream`.
+    :param max_file_bytes: The largest file read.
+    :returns: The file as a `ByteStream` (its meta kept).
+    :raises ValueError: If the file is over the cap.
+    :raises OSError: If the file cannot be read.
+    """
+    stream = get_bytestream_from_source(source)
+    if len(stream.data) > max_file_bytes:
+        msg = f"{len(stream.data)} bytes, over the {max_file_bytes}-byte cap (max_file_bytes)"
+        raise ValueError(msg)
+    return stream
 
 
 def convert_each(
