@@ -111,34 +111,41 @@ class IndexSummary:
         }
 
 
-#: characters per second assumed before a first run has measured them: the rate of a documentation site on the
+#: bytes on disk per second assumed before a first run has measured them: the rate of a documentation site on the
 #: 2-core machine the issue measured it on (747 chars/s); `bench` reports this machine's
-DEFAULT_CHARS_PER_SECOND = 750.0
-#: a run embedding fewer characters than this tells too little about the rate to keep it
-RATE_SAMPLE_CHARS = 5000
+DEFAULT_BYTES_PER_SECOND = 750.0
+#: a run indexing fewer bytes than this tells too little about the rate to keep it
+RATE_SAMPLE_BYTES = 5000
 
 
-def estimate_of(paths: list[Path], chars_per_second: float) -> dict[str, Any]:
+def estimate_of(paths: list[Path], bytes_per_second: float) -> dict[str, Any]:
     """
-    What an index run of these files should take: their size at the rate of the last run (or the default rate).
+    What an index run of these files should take: their size on disk at the rate of the last run (or the default).
 
-    :param paths: The files the run embeds.
-    :param chars_per_second: The measured rate (0: none yet).
-    :returns: `files`, `characters` (bytes on disk: a PDF's text is less than its bytes), `chars_per_second`,
-        `rate` (`measured by the last run` or `default`) and `minutes`.
+    The rate is measured in the same unit, bytes on disk per second of a whole run, so that what a converter leaves
+    out (a licence comment, markup, a PDF's binary layer) counts alike in the estimate and in the rate.
+
+    :param paths: The files the run indexes.
+    :param bytes_per_second: The measured rate (0: none yet).
+    :returns: `files`, `bytes`, `bytes_per_second`, `rate` (`measured by the last run` or `default`) and `minutes`.
     """
-    size = 0
-    for path in paths:
-        with contextlib.suppress(OSError):
-            size += path.stat().st_size
-    rate = chars_per_second if chars_per_second > 0 else DEFAULT_CHARS_PER_SECOND
+    size = _size_on_disk(paths)
+    rate = bytes_per_second if bytes_per_second > 0 else DEFAULT_BYTES_PER_SECOND
     return {
         "files": len(paths),
-        "characters": size,
-        "chars_per_second": round(rate, 1),
-        "rate": "measured by the last run" if chars_per_second > 0 else "default",
+        "bytes": size,
+        "bytes_per_second": round(rate, 1),
+        "rate": "measured by the last run" if bytes_per_second > 0 else "default",
         "minutes": round(size / rate / 60, 1),
     }
+
+
+def _size_on_disk(paths: list[Path]) -> int:
+    size = 0
+    for path in paths:
+        with contextlib.suppress(OSError):  # gone since it was listed: the run reports it
+            size += path.stat().st_size
+    return size
 
 
 class _IncludedVersions:
@@ -693,7 +700,8 @@ class KnowledgeIndexer:
         summary.crosslingual = self.collection.has_crosslingual()
         summary.deleted = len(set(old) - set(versions) - unreadable)
         fresh: dict[str, IndexedDocument] = {}
-        summary.estimate = estimate_of(todo, recorded.chars_per_second)
+        # an index file written before rates were in bytes has the embedded characters' rate only
+        summary.estimate = estimate_of(todo, recorded.bytes_per_second or recorded.chars_per_second)
         if todo and self._announce is not None:
             self._announce(summary.estimate)
         batches = [todo[i : i + self.files_per_batch] for i in range(0, len(todo), self.files_per_batch)]
@@ -834,9 +842,12 @@ class KnowledgeIndexer:
             documents=sorted(documents, key=lambda d: d.source),
             term_categories=previous.term_categories,  # until they are counted again below
             chars_per_second=previous.chars_per_second,
+            bytes_per_second=previous.bytes_per_second,
         )
-        if summary is not None and summary.characters >= RATE_SAMPLE_CHARS and summary.seconds > 0:
+        indexed_bytes = (summary.estimate.get("bytes") or 0) if summary is not None else 0
+        if summary is not None and indexed_bytes >= RATE_SAMPLE_BYTES and summary.seconds > 0:
             index.chars_per_second = round(summary.characters / summary.seconds, 1)
+            index.bytes_per_second = round(indexed_bytes / summary.seconds, 1)
         if replacing is not None:
             return self._switch(index, replacing, summary)
         index.statistics = previous.statistics

@@ -79,8 +79,11 @@ class KnowledgeIndex(BaseModel):
     term_categories: dict[str, dict[str, int]] = Field(default_factory=dict)
     # language centroids and the noise ceiling of the collection's active chunks, as of this index run
     statistics: CollectionStatistics | None = None
-    # characters embedded per second by the last run that embedded enough to tell (an index run's estimate)
+    # characters embedded per second by the last run that embedded enough to tell
     chars_per_second: float = 0.0
+    # bytes on disk of the files that run indexed, per second of it: what an index run's estimate divides by (a
+    # file's bytes are what can be counted before it is read; a site's comments and markup are not embedded)
+    bytes_per_second: float = 0.0
     # what callers see of it, by their groups (`readable_by`): worked out once per index and set of groups
     _views: dict[frozenset[str], KnowledgeIndex] = PrivateAttr(default_factory=dict)
     _views_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)

@@ -164,8 +164,8 @@ def _print_estimate(estimate: dict) -> None:
     if estimate["minutes"] < 0.5:
         return
     print(
-        f"Indexing {estimate['files']} files ({estimate['characters']:,} bytes): about {estimate['minutes']:.0f} min "
-        f"at {estimate['chars_per_second']:.0f} chars/s ({estimate['rate']})",
+        f"Indexing {estimate['files']} files ({estimate['bytes']:,} bytes): about {estimate['minutes']:.0f} min "
+        f"at {estimate['bytes_per_second']:.0f} bytes/s ({estimate['rate']})",
         flush=True,
     )
 
