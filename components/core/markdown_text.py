@@ -1,4 +1,4 @@
-"""What several components read off markdown text alike: its fences and its first heading."""
+"""What several components read off markdown text alike: its fences, its first heading and a heading as words."""
 
 from __future__ import annotations
 
@@ -12,6 +12,16 @@ _FENCED = re.compile(r"^\s*(`{3,}|~{3,}).*?(?:^\s*\1|\Z)", re.DOTALL | re.MULTIL
 MDX_CODE_BLOCK = re.compile(r"^\s*(`{3,}|~{3,})\s*mdx-code-block\s*$")
 #: a heading's attribute list (`{#id}`, `{ #id .class }`): how MkDocs and Docusaurus sites name a heading's anchor
 HEADING_ATTRIBUTES = re.compile(r"[ \t]*\{[ \t]*[#.][\w.-]+(?:[ \t]+[^}\n]*)?\}[ \t]*$")
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+#: inline markup a heading is rendered without, each with what stays of it
+_INLINE_MARKUP = (
+    (re.compile(r"!?\[([^\]]*)\]\([^)]*\)"), r"\1"),  # a link or image: its text
+    (re.compile(r"\[([^\]]+)\]\[[^\]]*\]"), r"\1"),  # a reference link: its text
+    (re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>"), ""),  # an HTML or component tag
+    (re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1"), r"\2"),  # strong
+    (re.compile(r"(?<![\w*])\*(?=\S)(.+?)(?<=\S)\*(?![\w*])"), r"\1"),  # emphasis (not a snake_case `_`)
+    (re.compile(r"\\([\\`*_{}\[\]()#+\-.!<>|~])"), r"\1"),  # a backslash escape
+)
 
 
 def opening_fence(line: str) -> str:
@@ -45,4 +55,28 @@ def first_heading(text: str) -> str:
     :returns: The heading's text, '' when there is none.
     """
     heading = _HEADING_LINE.search(_FENCED.sub("", _COMMENT.sub("", text)))
-    return HEADING_ATTRIBUTES.sub("", heading.group(1)) if heading else ""
+    return plain_heading(heading.group(1)) if heading else ""
+
+
+def plain_heading(text: str) -> str:
+    """
+    A heading's words as a reader sees them: no attribute list, code spans, links, tags, emphasis or escapes
+    (`` HMR `hotUpdate` Hook `` -> `HMR hotUpdate Hook`), so that breadcrumbs and titles read as text. A code span's
+    content is kept as it is written.
+
+    :param text: A heading's markdown, or a title.
+    :returns: Its text, blanks collapsed.
+    """
+    parts = []
+    for n, part in enumerate(_CODE_SPAN.split(HEADING_ATTRIBUTES.sub("", text))):
+        if n % 3 == 0:  # prose between code spans
+            parts.append(_without_inline_markup(part))
+        elif n % 3 == 2:  # a code span's content; n % 3 == 1 is its backticks
+            parts.append(part.strip())
+    return " ".join("".join(parts).split())
+
+
+def _without_inline_markup(prose: str) -> str:
+    for pattern, kept in _INLINE_MARKUP:
+        prose = pattern.sub(kept, prose)
+    return prose

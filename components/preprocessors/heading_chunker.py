@@ -9,7 +9,7 @@ from typing import Any
 from haystack import Document, component
 
 from components.core.citation import chunk_id
-from components.core.markdown_text import closes_fence, opening_fence
+from components.core.markdown_text import closes_fence, opening_fence, plain_heading
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _SENTENCE = re.compile(r".+?(?:[.!?;]+(?=\s)\s*|[。？！；]+\s*|$)", re.DOTALL)
@@ -139,7 +139,7 @@ def _split_sections(
         heading = _HEADING.match(line) if headings else None
         if heading:
             flush_paragraph()
-            open_section(len(heading.group(1)), heading.group(2).strip())
+            open_section(len(heading.group(1)), plain_heading(heading.group(2)))
         elif line.strip() and line != "\f":
             if not paragraph:
                 start = number

@@ -11,7 +11,7 @@ from haystack import Document, component, logging
 from components.core.access import ALL_GROUPS, access_groups
 from components.core.file_version import file_version
 from components.core.frontmatter import day_of
-from components.core.markdown_text import first_heading
+from components.core.markdown_text import first_heading, plain_heading
 
 logger = logging.getLogger(__name__)
 
@@ -204,6 +204,11 @@ class KnowledgeMetadata:
         mime, _ = mimetypes.guess_type(source)
         return "text" if mime in self.plain_text_types else "markdown"
 
+    @staticmethod
+    def _title(meta: dict[str, Any], heading: str, first_line: str, markup: str, source: str) -> str:
+        title = str(meta.get("title") or _title_of(heading, first_line, markup) or Path(source).stem).strip()
+        return plain_heading(title) if markup == "markdown" else title  # front matter writes `code` in titles too
+
     def _profiled(self, doc: Document) -> Document:
         meta = dict(doc.meta)
         source = str(meta.get("source") or Path(str(meta.get("file_path") or doc.id)).name)
@@ -218,7 +223,7 @@ class KnowledgeMetadata:
         meta.update(
             source=source,
             doc_id=str(meta.get("doc_id") or source),
-            title=str(meta.get("title") or _title_of(heading, first_line, markup) or Path(source).stem).strip(),
+            title=self._title(meta, heading, first_line, markup, source),
             category=self._category(meta, source),
             keywords=self._keywords(meta),
             entities=_texts(meta.get("entities")),
