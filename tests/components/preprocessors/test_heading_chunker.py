@@ -44,6 +44,15 @@ class TestHeadingChunker:
         assert "Disk Full > Diagnosis" in crumbs
         assert crumbs[-1] == "Disk Full > Diagnosis > 查找大文件"
 
+    def test_a_breadcrumb_reads_as_the_headings_words(self):
+        body = "## The `serve` command\n\nServes.\n\n### **Options** [](#options)\n\nFlags.\n\n```\n## `x`\n```\n"
+        chunks = HeadingChunker().run([_doc(body)])["documents"]
+        assert [c.meta["breadcrumb"] for c in chunks] == [
+            "Disk Full > The serve command",
+            "Disk Full > The serve command > Options",
+        ]
+        assert chunks[-1].content.endswith("```\n## `x`\n```")  # code is not a heading, and stays as written
+
     def test_chunks_are_bounded_and_overlap(self):
         chunker = HeadingChunker(max_chars=400, overlap_chars=80)
         chunks = chunker.run([_doc()])["documents"]

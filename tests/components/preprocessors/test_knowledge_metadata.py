@@ -53,6 +53,14 @@ class TestKnowledgeMetadata:
         assert (c.meta["title"], c.meta["markup"]) == ("# a comment, not a heading", "text")
         assert a.meta["doc_id"] == "a.md" and a.meta["doc_version"]
 
+    def test_a_markdown_title_reads_as_text_and_a_text_files_stays_as_written(self):
+        front = Document(content="body", meta={"source": "hmr.md", "title": "HMR `hotUpdate` **Plugin** Hook"})
+        heading = Document(content='# <i class="fa fa-users"></i> About [Us](us.md)\nbody', meta={"source": "u.md"})
+        text = Document(content="**Release notes** for `v2`\nbody", meta={"source": "notes.txt"})
+        [a, b, c] = _run(front, heading, text)["documents"]
+        assert (a.meta["title"], b.meta["title"]) == ("HMR hotUpdate Plugin Hook", "About Us")
+        assert c.meta["title"] == "**Release notes** for `v2`"
+
     def test_the_update_day_and_the_declared_filterable_fields(self):
         page = Document(
             content="# A\ntext",
