@@ -27,6 +27,7 @@ from haystack.core.serialization import component_from_dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from components.core.markdown_text import without_code
 from pipelines.knowledge_files import DEFAULT_PARTIAL_FOLDERS, find_knowledge_files, headless_folders, is_partial
 from pipelines.settings import DEFAULT_INDEXING_PIPELINE
 
@@ -44,8 +45,6 @@ PATTERNS = {
     "admonition marker": r"^\s*(?::::*|!!!|\?\?\?)",
     "bare heading marks": r"^#{1,6}\s*$",
 }
-_FENCED = re.compile(r"^\s*(```+|~~~+).*?^\s*\1[^\n]*$", re.DOTALL | re.MULTILINE)
-_INLINE = re.compile(r"(`+)(?:(?!\1).)+?\1")
 _STEPS = ("markup", "metadata", "cleaner", "chunker")
 
 
@@ -71,7 +70,7 @@ def residue(folder: Path, pipeline: Path, chunks_file: Path | None = None) -> di
         documents = _component(spec["components"], step).run(documents=documents)["documents"]
     counts = dict.fromkeys(PATTERNS, 0)
     for chunk in documents:
-        prose = _INLINE.sub("", _FENCED.sub("", chunk.content or ""))
+        prose = without_code(chunk.content or "")
         for name, pattern in PATTERNS.items():
             counts[name] += bool(re.search(pattern, prose, re.MULTILINE))
     if chunks_file is not None:

@@ -104,6 +104,12 @@ _INCLUDE = re.compile(
     r"|\{\{[<%]-?\s*(?:codenew|code_sample)\s[^}]*?\bfile\s*=\s*[\"'](?P<sample>[^\"'\s]+)[\"'][^}]*?-?[>%]\}\}",
     re.MULTILINE,
 )
+#: mdBook's directives (`{{#include file.rs:anchor}}`, `{{#rustdoc_include}}`, `{{#playground}}`, `{{#title}}`); a
+#: backslash before one (`\{{#include x}}`) shows it as written
+_MDBOOK = re.compile(r"(?<!\\)\{\{#(?P<name>include|rustdoc_include|playground|title)\b(?P<arg>[^}\n]*)\}\}")
+_MDBOOK_ESCAPED = re.compile(r"\\\{\{#(?=(?:include|rustdoc_include|playground|title)\b)")
+_MDBOOK_ANY = re.compile(r"\{\{#(?:include|rustdoc_include|playground|title)\b")
+_MDBOOK_ANCHOR = re.compile(r"\bANCHOR(?:_END)?:\s*(\w+)")
 #: an MDX import of a markdown partial (`import Intro from './_intro.mdx';`), which `<Intro />` then shows
 _MDX_PARTIAL = re.compile(r"^import\s+([A-Z]\w*)\s+from\s+[\"'](\.{1,2}/[^\"'\n]+\.mdx?)[\"'];?[ \t]*$", re.MULTILINE)
 #: the language of an included source file's code block, by its suffix (others: none)
@@ -159,8 +165,10 @@ class _Includes:
         self.unresolved: list[str] = []
         self.included: list[str] = []
 
-    def _read(self, target: str, kind: str, source: str, depth: int, seen: tuple[str, ...]) -> str | None:
-        """The body of the file an include names (`kind`: `include`, `include_relative`, `code` or '' for Hugo's)."""
+    def _locate(
+        self, target: str, kind: str, source: str, depth: int, seen: tuple[str, ...]
+    ) -> tuple[Path, str] | None:
+        """The file an include names and its source, when it lies under the root, within the caps; else noted."""
         if self.root is None:
             self.unresolved.append(f"{target} (no knowledge root to resolve it against)")
             return None
@@ -177,21 +185,67 @@ class _Includes:
                 self.unresolved.append(f"{target} (included from itself or over {MAX_INCLUDE_DEPTH} levels deep)")
                 return None
             try:
-                if path.stat().st_size > self.max_bytes:
-                    self.unresolved.append(f"{target} (over the {self.max_bytes}-byte cap)")
-                    return None
-                text = path.read_bytes().decode("utf-8-sig").replace("\r\n", "\n")
-                if kind == "code":  # source code: a code block, never read for front matter or includes
-                    self.included.append(name)
-                    return _code_block(text, _CODE_LANGUAGES.get(path.suffix, ""))
-                _, body, _ = split_frontmatter(text, *self.caps)
-            except (OSError, UnicodeDecodeError, FrontmatterError) as err:
-                self.unresolved.append(f"{target} ({getattr(err, 'strerror', None) or err})")
+                too_large = path.stat().st_size > self.max_bytes
+            except OSError as err:
+                self.unresolved.append(f"{target} ({err.strerror or err})")
                 return None
-            self.included.append(name)
-            return self.expand(body, name, depth + 1, (*seen, name))[0].strip("\n")
+            if too_large:
+                self.unresolved.append(f"{target} (over the {self.max_bytes}-byte cap)")
+                return None
+            return path, name
         self.unresolved.append(f"{target} (not found under the knowledge root)")
         return None
+
+    def _text_of(self, path: Path, target: str) -> str | None:
+        try:
+            return path.read_bytes().decode("utf-8-sig").replace("\r\n", "\n")
+        except (OSError, UnicodeDecodeError) as err:
+            self.unresolved.append(f"{target} ({getattr(err, 'strerror', None) or err})")
+            return None
+
+    def _read(self, target: str, kind: str, source: str, depth: int, seen: tuple[str, ...]) -> str | None:
+        """The body of the file an include names (`kind`: `include`, `include_relative`, `code` or '' for Hugo's)."""
+        located = self._locate(target, kind, source, depth, seen)
+        text = self._text_of(located[0], target) if located else None
+        if located is None or text is None:
+            return None
+        path, name = located
+        self.included.append(name)
+        if kind == "code":  # source code: a code block, never read for front matter or includes
+            return _code_block(text, _CODE_LANGUAGES.get(path.suffix, ""))
+        return self._markdown(text, target, name, depth, seen)
+
+    def _markdown(self, text: str, target: str, name: str, depth: int, seen: tuple[str, ...]) -> str | None:
+        """An included markdown file's body, its own includes expanded."""
+        try:
+            _, body, _ = split_frontmatter(text, *self.caps)
+        except FrontmatterError as err:
+            self.included.remove(name)
+            self.unresolved.append(f"{target} ({err})")
+            return None
+        return self.expand(body, name, depth + 1, (*seen, name))[0].strip("\n")
+
+    def _read_mdbook(self, match: re.Match[str], in_code: bool, source: str, depth: int, seen: tuple[str, ...]) -> str:
+        """
+        What an mdBook directive shows: `include` and `rustdoc_include` the file's text (the part a line range or an
+        anchor names), `playground` the file as a Rust code block (inside a code block, its text), `title` nothing.
+        """
+        name, argument = match.group("name"), (match.group("arg") or "").strip()
+        if name == "title" or not argument:
+            return ""
+        target, _, part = argument.split()[0].partition(":")
+        located = self._locate(target, "include_relative", source, depth, seen)
+        text = self._text_of(located[0], target) if located else None
+        if located is None or text is None:
+            return match.group(0)
+        path, included = located
+        self.included.append(included)
+        text = _mdbook_part(text, part)
+        if name == "include" and not in_code and path.suffix in (".md", ".markdown"):
+            return self._markdown(text, target, included, depth, seen) or ""
+        if name == "playground" and not in_code:
+            return _code_block(text, "rust")
+        return text.strip("\n")
 
     def expand(
         self, body: str, source: str, depth: int = 0, seen: tuple[str, ...] = ()
@@ -208,6 +262,11 @@ class _Includes:
         mdx = ""  # an open mdx-code-block: MDX the site renders, so its partials are shown
         partials = dict(_MDX_PARTIAL.findall(body))
         for number, line in enumerate(body.split("\n")):
+            if "{{#" in line and _MDBOOK_ANY.search(line):  # mdBook expands its directives in code blocks too
+                pieces = self._expand_mdbook(line, bool(fence), source, depth, seen or (self.source,)).split("\n")
+                out.extend(pieces)
+                origin.extend((number, int(len(pieces) == 1)) for _ in pieces)  # one line: still the page's own
+                continue
             shown = _mdx_component(line, partials)
             rendered = MDX_CODE_BLOCK.match(line)
             if fence:
@@ -233,6 +292,10 @@ class _Includes:
             origin.append((number, 1))
         return "\n".join(out), origin
 
+    def _expand_mdbook(self, line: str, in_code: bool, source: str, depth: int, seen: tuple[str, ...]) -> str:
+        expanded = _MDBOOK.sub(lambda m: self._read_mdbook(m, in_code, source, depth, seen), line)
+        return _MDBOOK_ESCAPED.sub("{{#", expanded)  # `\{{#include x}}` shows the directive itself
+
     def _expand_line(self, line: str, source: str, depth: int, seen: tuple[str, ...]) -> list[str]:
         text = ""
         position = 0
@@ -244,6 +307,26 @@ class _Includes:
             text += line[position : match.start()] + (match.group(0) if included is None else f"\n{included}\n")
             position = match.end()
         return (text + line[position:]).split("\n")
+
+
+def _mdbook_part(text: str, part: str) -> str:
+    """
+    The part of an included file an mdBook include names: `2` (line 2), `2:10`, `2:`, `:10` (1-based, inclusive), or an
+    anchor's name (the lines between `ANCHOR: name` and `ANCHOR_END: name`); anchor lines themselves never show.
+    """
+    lines = text.strip("\n").split("\n")
+    numbers = part.split(":")
+    if part and all(n.isdigit() or not n for n in numbers):
+        first = int(numbers[0] or 1)
+        last = int(numbers[1] or len(lines)) if len(numbers) > 1 else first
+        lines = lines[first - 1 : last]
+    elif part:
+        marks = [(n, m) for n, line in enumerate(lines) if (m := _MDBOOK_ANCHOR.search(line)) and m.group(1) == part]
+        starts = [n for n, m in marks if "_END" not in m.group(0)]
+        ends = [n for n, m in marks if "_END" in m.group(0)]
+        start = starts[0] if starts else len(lines)
+        lines = lines[start + 1 : next((n for n in ends if n > start), len(lines))]
+    return "\n".join(line for line in lines if not _MDBOOK_ANCHOR.search(line))
 
 
 def _mdx_component(line: str, partials: dict[str, str]) -> str:
@@ -345,7 +428,7 @@ class MarkdownKnowledgeConverter:
     def _with_includes(self, document: Document, root: Path | None) -> Document:
         """The document with its include shortcodes resolved; `unresolved_includes` names those that were not."""
         body = document.content or ""
-        if not _INCLUDE.search(body) and not _MDX_PARTIAL.search(body):
+        if not _INCLUDE.search(body) and not _MDX_PARTIAL.search(body) and not _MDBOOK_ANY.search(body):
             return document
         caps = (self.max_frontmatter_bytes, self.max_frontmatter_aliases)
         includes = _Includes(root, str(document.meta["source"]), self.max_file_bytes, caps)

@@ -47,6 +47,26 @@ def closes_fence(line: str, fence: str) -> bool:
     return marker[0] == fence[0] and len(marker) >= len(fence) and not rest.strip()
 
 
+def without_code(text: str) -> str:
+    """
+    Markdown's prose: the text less its fenced code blocks and code spans (where any markup is an example), as a
+    reader checks what markup a chunk still shows.
+
+    :param text: Markdown.
+    :returns: The text outside code.
+    """
+    prose: list[str] = []
+    fence = ""
+    for line in text.split("\n"):
+        if fence:
+            fence = "" if closes_fence(line, fence) else fence
+        elif opening_fence(line):
+            fence = opening_fence(line)
+        else:
+            prose.append(line)
+    return _CODE_SPAN.sub("", "\n".join(prose))
+
+
 def first_heading(text: str) -> str:
     """
     The first markdown heading outside code blocks and HTML comments, without its attribute list.

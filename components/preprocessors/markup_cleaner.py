@@ -57,6 +57,8 @@ _HEADING_ID = re.compile(r"^(#{1,6}[ \t].*?)" + HEADING_ATTRIBUTES.pattern, re.M
 _PYMDOWNX_BLOCK = re.compile(
     r"^[ \t]*/{3,}(?:[ \t]*(?P<kind>[\w-]+)(?:[ \t]*\|[ \t]*(?P<title>[^\n]*?))?)?[ \t]*$", re.MULTILINE
 )
+#: an mdBook directive the converter left unresolved (`{{#include ../examples/x.rs}}`, `{{#title T}}`)
+_MDBOOK = re.compile(r"(?<!\\)\{\{#(?:include|rustdoc_include|playground|title)\b[^}\n]*\}\}")
 #: a code include left unresolved (`{* ../../docs_src/app.py hl[3] *}`, as FastAPI's docs write them)
 _CODE_INCLUDE = re.compile(r"^[ \t]*\{\*[^\n]*?\*\}[ \t]*$", re.MULTILINE)
 #: HTML elements that are layout, never words; JSX components are the capitalized names
@@ -208,6 +210,7 @@ _PROSE: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
     (_LIQUID, _blank),
     (_SNIPPET, _blank),
     (_CODE_INCLUDE, _blank),
+    (_MDBOOK, _blank),
     (_DOCUSAURUS, _title),
     (_PYMDOWNX_BLOCK, _block_title),
     (_GITHUB_ALERT, lambda m: m.group(1)),

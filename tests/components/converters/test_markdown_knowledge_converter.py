@@ -264,6 +264,38 @@ class TestMarkdownKnowledgeConverter:
             "include not resolved: ./_gone.mdx (not found under the knowledge root)"
         ]
 
+    def test_mdbook_directives_show_the_part_of_the_file_they_name(self, tmp_path: Path):
+        # mdBook's guide: paths relative to the page, expanded in code blocks too, `\{{#...}}` shown as written
+        book = tmp_path / "src"
+        (book / "format").mkdir(parents=True)
+        code = "// ANCHOR: all\nuse x;\n// ANCHOR: component\nstruct C;\n// ANCHOR_END: component\nfn main() {}\n"
+        (book / "format" / "file.rs").write_text(code + "// ANCHOR_END: all\n")
+        (book / "format" / "arg.md").write_text("#### `--watcher`\n\nPoll or native.\n")
+        page = (
+            "{{#title The Book}}\n# Format\n\n```rust\n{{#include file.rs:component}}\n```\n\n"
+            "```rust\n{{#include file.rs:3:4}}\n```\n\n```rust\n{{#rustdoc_include file.rs:2}}\n```\n\n"
+            "{{#playground file.rs}}\n\n{{#include arg.md}}\n\n```hbs\n\\{{#include file.rs}}\n```\n\n"
+            "```rust\n{{#include ../../missing.rs}}\n```\nend\n"
+        )
+        (book / "format" / "page.md").write_text(page)
+        out = MarkdownKnowledgeConverter().run(sources=[book / "format" / "page.md"], meta={"source": "format/page.md"})
+        [doc] = out["documents"]
+        blocks = doc.content.split("```")
+        assert blocks[1] == "rust\nstruct C;\n"  # the anchor's lines, the anchor comments gone
+        assert blocks[3] == "rust\nstruct C;\n"  # lines 3 to 4 of the file, less the anchor line
+        assert blocks[5] == "rust\nuse x;\n"
+        assert blocks[7] == "rust\nuse x;\nstruct C;\nfn main() {}\n"  # the playground: the whole file as Rust
+        assert "#### `--watcher`\n\nPoll or native." in doc.content
+        assert "```hbs\n{{#include file.rs}}\n```" in doc.content  # escaped: the directive itself, unexpanded
+        assert "{{#title" not in doc.content and doc.meta["title"] == "Format"
+        assert [w["reason"] for w in out["warnings"]] == [
+            "include not resolved: ../../missing.rs (not found under the knowledge root)"
+        ]
+        assert doc.meta["included_files"] == ["format/arg.md", "format/file.rs"]
+        lines, file_lines = doc.content.split("\n"), page.split("\n")
+        segment = max((s for s in doc.meta["line_map"] if s[0] <= lines.index("end")), key=lambda s: s[0])
+        assert file_lines[segment[1] + (lines.index("end") - segment[0]) - 1] == "end"
+
     def test_a_stream_without_a_path_reports_its_includes_unresolved(self):
         stream = ByteStream(b'# T\n\n{{% include "/x.md" %}}\n', meta={"source": "a.md"})
         out = MarkdownKnowledgeConverter().run(sources=[stream])

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.core.markdown_text import first_heading, plain_heading
+from components.core.markdown_text import first_heading, plain_heading, without_code
 
 
 class TestPlainHeading:
@@ -40,3 +40,10 @@ class TestFirstHeading:
         text = "<!--\n# Licensed to the ASF\n-->\n```\n# shell comment\n```\n\n# The `serve` command {#serve}\n"
         assert first_heading(text) == "The serve command"
         assert first_heading("no heading here") == ""
+
+
+class TestWithoutCode:
+    def test_fenced_blocks_and_code_spans_go_and_a_longer_fence_holds_shorter_ones(self):
+        text = "wrap it with ```` ``` ```` to show it\n\n````hbs\n```\n{{#include x}}\n```\n````\nafter `{{x}}` it"
+        assert without_code(text) == "wrap it with  to show it\n\nafter  it"
+        assert without_code("") == ""

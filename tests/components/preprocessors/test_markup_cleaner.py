@@ -135,6 +135,12 @@ class TestMarkupCleaner:
         text = "````md\n```sh\n{{< x >}}\n```\n````\n{{< x >}}Prose."
         assert clean_markup(text) == "````md\n```sh\n{{< x >}}\n```\n````\nProse."
 
+    def test_an_unresolved_mdbook_directive_leaves_prose_and_stays_in_code(self):
+        text = (
+            "Intro\n{{#include ../x.md}}\n`{{#title T}}` shows it\n```rust\n{{#include ../x.rs}}\n```\n{{#title B}}\n"
+        )
+        assert clean_markup(text) == "Intro\n\n`{{#title T}}` shows it\n```rust\n{{#include ../x.rs}}\n```\n\n"
+
     def test_an_unclosed_comment_hides_the_rest_but_keeps_the_lines(self):
         assert clean_markup("text\n<!-- open\n# not a heading\n") == "text\n\n\n"
 
