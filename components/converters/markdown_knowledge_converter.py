@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,14 @@ _INCLUDE = re.compile(
 #: backslash before one (`\{{#include x}}`) shows it as written
 _MDBOOK = re.compile(r"(?<!\\)\{\{#(?P<name>include|rustdoc_include|playground|title)\b(?P<arg>[^}\n]*)\}\}")
 _MDBOOK_ESCAPED = re.compile(r"\\\{\{#(?=(?:include|rustdoc_include|playground|title)\b)")
+#: a MyST include (```` ```{include} ../README.md ````, `:::{literalinclude} example.py`), whose options follow it
+_MYST_INCLUDE = re.compile(
+    r"^[ \t]*(?P<fence>`{3,}|~{3,}|:{3,})\{(?P<name>include|literalinclude)\}[ \t]+(?P<target>\S+)[ \t]*$"
+)
+_MYST_INCLUDE_ANY = re.compile(r"\{(?:include|literalinclude)\}")
+_MYST_OPTION_VALUE = re.compile(r"^[ \t]*:([\w-]+):[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+#: a MyST substitution (`{{ key }}`), its key
+_SUBSTITUTION = re.compile(r"\{\{\s*([\w.-]+)\s*\}\}")
 _MDBOOK_ANY = re.compile(r"\{\{#(?:include|rustdoc_include|playground|title)\b")
 _MDBOOK_ANCHOR = re.compile(r"\bANCHOR(?:_END)?:\s*(\w+)")
 #: an MDX import of a markdown partial (`import Intro from './_intro.mdx';`), which `<Intro />` then shows
@@ -157,13 +166,30 @@ def _include_candidates(target: str, kind: str, source: str, root: Path) -> list
 class _Includes:
     """Resolves the include shortcodes of one page against the knowledge root; what it cannot resolve, it notes."""
 
-    def __init__(self, root: Path | None, source: str, max_bytes: int, caps: tuple[int, int]) -> None:
+    def __init__(
+        self,
+        root: Path | None,
+        source: str,
+        max_bytes: int,
+        caps: tuple[int, int],
+        substitutions: dict[str, str] | None = None,
+    ) -> None:
         self.root = root
         self.source = source
         self.max_bytes = max_bytes
         self.caps = caps
+        self.substitutions = substitutions or {}
         self.unresolved: list[str] = []
         self.included: list[str] = []
+
+    def _substitute(self, line: str, depth: int = 0) -> str:
+        """A MyST substitution's value where `{{ key }}` stands (a value may use others, two levels deep)."""
+
+        def value(match: re.Match[str]) -> str:
+            found = self.substitutions.get(match.group(1))
+            return match.group(0) if found is None else self._substitute(found, depth + 1) if depth < 2 else found
+
+        return _SUBSTITUTION.sub(value, line)
 
     def _locate(
         self, target: str, kind: str, source: str, depth: int, seen: tuple[str, ...]
@@ -261,7 +287,11 @@ class _Includes:
         fence = ""
         mdx = ""  # an open mdx-code-block: MDX the site renders, so its partials are shown
         partials = dict(_MDX_PARTIAL.findall(body))
-        for number, line in enumerate(body.split("\n")):
+        lines = body.split("\n")
+        skip_to = -1  # the closing line of a MyST include directive already expanded
+        for number, line in enumerate(lines):
+            if number <= skip_to:
+                continue
             if "{{#" in line and _MDBOOK_ANY.search(line):  # mdBook expands its directives in code blocks too
                 pieces = self._expand_mdbook(line, bool(fence), source, depth, seen or (self.source,)).split("\n")
                 out.extend(pieces)
@@ -275,6 +305,16 @@ class _Includes:
                 mdx = ""
             elif rendered:
                 mdx = rendered.group(1)
+            elif (directive := _MYST_INCLUDE.match(line)) and (
+                block := self._myst_include(directive, lines, number, source, depth, seen or (self.source,))
+            ):
+                end, included = block
+                if included is not None:
+                    pieces = included.split("\n")
+                    out.extend(pieces)
+                    origin.extend((number, 0) for _ in pieces)
+                    skip_to = end
+                    continue
             elif opening_fence(line):
                 fence = opening_fence(line)
             elif shown:
@@ -282,6 +322,11 @@ class _Includes:
                 pieces = (line if included is None else included).split("\n")
                 out.extend(pieces)
                 origin.extend((number, 0) for _ in pieces)
+                continue
+            elif self.substitutions and "{{" in line and _SUBSTITUTION.search(line):
+                pieces = self._substitute(line).strip("\n").split("\n")
+                out.extend(pieces)
+                origin.extend((number, int(len(pieces) == 1)) for _ in pieces)
                 continue
             elif ("{" in line or "8<" in line) and _INCLUDE.search(line):
                 pieces = self._expand_line(line, source, depth, seen or (self.source,))
@@ -291,6 +336,31 @@ class _Includes:
             out.append(line)
             origin.append((number, 1))
         return "\n".join(out), origin
+
+    def _myst_include(
+        self, opened: re.Match[str], lines: list[str], start: int, source: str, depth: int, seen: tuple[str, ...]
+    ) -> tuple[int, str | None] | None:
+        """
+        A MyST `{include}` or `{literalinclude}` directive at `start`: its closing line and what it shows (None: not
+        resolved, the directive stays for the cleaner to hide); None when it is not closed.
+        """
+        fence = opened.group("fence")
+        end = next((n for n in range(start + 1, len(lines)) if _closes_myst(lines[n], fence)), None)
+        if end is None:
+            return None
+        options = dict(_MYST_OPTION_VALUE.findall("\n".join(lines[start + 1 : end])))
+        target = opened.group("target")
+        located = self._locate(target, "", source, depth, seen)
+        text = self._text_of(located[0], target) if located else None
+        if located is None or text is None:
+            return end, None
+        path, name = located
+        self.included.append(name)
+        text = _myst_part(text, options)
+        if opened.group("name") == "literalinclude" or "literal" in options:
+            language = options.get("language") or options.get("code") or _CODE_LANGUAGES.get(path.suffix, "")
+            return end, _code_block(text, language.strip())
+        return end, self._markdown(text, target, name, depth, seen) or ""
 
     def _expand_mdbook(self, line: str, in_code: bool, source: str, depth: int, seen: tuple[str, ...]) -> str:
         expanded = _MDBOOK.sub(lambda m: self._read_mdbook(m, in_code, source, depth, seen), line)
@@ -307,6 +377,50 @@ class _Includes:
             text += line[position : match.start()] + (match.group(0) if included is None else f"\n{included}\n")
             position = match.end()
         return (text + line[position:]).split("\n")
+
+
+def _substitutions(meta: dict[str, Any]) -> dict[str, str]:
+    """A MyST page's substitutions, from its front matter (`myst: substitutions:`, or `substitutions:` as before)."""
+    myst = meta.get("myst")
+    given = (myst.get("substitutions") if isinstance(myst, dict) else None) or meta.get("substitutions")
+    if not isinstance(given, dict):
+        return {}
+    return {str(k): str(v) for k, v in given.items() if isinstance(v, str | int | float)}
+
+
+def _closes_myst(line: str, fence: str) -> bool:
+    if fence[0] == ":":
+        stripped = line.strip()
+        return len(stripped) >= len(fence) and not stripped.strip(":")
+    return closes_fence(line, fence)
+
+
+def _myst_part(text: str, options: dict[str, str]) -> str:
+    """
+    The part of a file a MyST include's options name: `start-line`/`end-line` (Python slices), `lines` (`1,3,5-7`,
+    1-based), `start-after`/`end-before` and `start-at`/`end-at` (the first line holding the text).
+    """
+    lines = text.split("\n")
+    with contextlib.suppress(ValueError):
+        lines = lines[int(options.get("start-line") or 0) : int(options["end-line"]) if "end-line" in options else None]
+    if options.get("lines"):
+        wanted: list[int] = []
+        for piece in options["lines"].split(","):
+            first, _, last = piece.strip().partition("-")
+            if first.isdigit() and (not last or last.isdigit()):
+                wanted.extend(range(int(first), int(last or first) + 1))
+        lines = [lines[n - 1] for n in wanted if 0 < n <= len(lines)]
+    for key, after in (("start-after", True), ("start-at", False)):
+        marker = options.get(key)
+        at = next((n for n, line in enumerate(lines) if marker and marker in line), None)
+        if at is not None:
+            lines = lines[at + after :]
+    for key, at_line in (("end-before", False), ("end-at", True)):
+        marker = options.get(key)
+        at = next((n for n, line in enumerate(lines) if marker and marker in line), None)
+        if at is not None:
+            lines = lines[: at + at_line]
+    return "\n".join(lines)
 
 
 def _mdbook_part(text: str, part: str) -> str:
@@ -428,10 +542,17 @@ class MarkdownKnowledgeConverter:
     def _with_includes(self, document: Document, root: Path | None) -> Document:
         """The document with its include shortcodes resolved; `unresolved_includes` names those that were not."""
         body = document.content or ""
-        if not _INCLUDE.search(body) and not _MDX_PARTIAL.search(body) and not _MDBOOK_ANY.search(body):
+        substitutions = _substitutions(document.meta)
+        if not (
+            _INCLUDE.search(body)
+            or _MDX_PARTIAL.search(body)
+            or _MDBOOK_ANY.search(body)
+            or _MYST_INCLUDE_ANY.search(body)
+            or substitutions
+        ):
             return document
         caps = (self.max_frontmatter_bytes, self.max_frontmatter_aliases)
-        includes = _Includes(root, str(document.meta["source"]), self.max_file_bytes, caps)
+        includes = _Includes(root, str(document.meta["source"]), self.max_file_bytes, caps, substitutions)
         text, origin = includes.expand(body, str(document.meta["source"]))
         meta = dict(document.meta)
         meta["line_map"] = _line_map(origin, int(meta["line_map"][0][1]))

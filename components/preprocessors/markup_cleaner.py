@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from haystack import Document, component
@@ -97,6 +97,57 @@ _GITHUB_ALERT = re.compile(
 )
 
 
+#: a MyST directive's opening fence: ```{note} Title, ::::{tab-item} Linux, ~~~{code-block} python
+_MYST_OPEN = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,}|:{3,})\{(?P<name>[\w:.-]+)\}[ \t]*(?P<arg>[^\n]*?)[ \t]*$"
+)
+#: the option lines that open a directive's body (`:class: tip`, `:start-after: x`)
+_MYST_OPTION = re.compile(r"^[ \t]*:[\w-]+:(?:[ \t][^\n]*)?$")
+#: directives whose body is code, with the language their code block gets (`None`: their argument's first word)
+_MYST_CODE: dict[str, str | None] = {
+    "code": None,
+    "code-block": None,
+    "sourcecode": None,
+    "code-cell": None,
+    "mermaid": "mermaid",
+    "math": "math",
+    "eval-rst": "rst",
+    "graphviz": "dot",
+    "plantuml": "plantuml",
+    "jupyter-execute": "python",
+    "ipython": "ipython",
+    "doctest": "python",
+    "testcode": "python",
+    "testoutput": "",
+    "csv-table": "csv",
+    "myst-example": "md",  # MyST's own docs: the markdown and what it renders, an example, not the page's headings
+    "myst-to-html": "md",
+}
+#: directives the page does not show as text: navigation, images, raw output, includes left unresolved
+_MYST_HIDDEN = frozenset(
+    ("toctree", "contents", "tableofcontents", "image", "include", "literalinclude", "raw", "index", "bibliography")
+)
+#: directives whose argument is no title (a figure's is its image's path)
+_MYST_UNTITLED = frozenset(("figure", "figure-md", "only"))
+_MYST_VERSION = {
+    "versionadded": "New in version",
+    "versionchanged": "Changed in version",
+    "deprecated": "Deprecated since version",
+    "versionremoved": "Removed in version",
+}
+#: what shows a page is MyST: a directive fence, a target line `(label)=` or a role `{ref}`x``
+_MYST_PAGE = re.compile(r"^[ \t]*(?:`{3,}|:{3,})\{[\w:.-]+\}|^\([\w./:-]+\)=[ \t]*$|\{[\w:.-]+\}`", re.MULTILINE)
+#: MyST lines that show nothing: a target `(label)=`, a comment `% ...`, a block break `+++`, `:orphan:`, a
+#: paragraph's attributes `{#id}`
+_MYST_SILENT = re.compile(r"^(?:\([\w./:-]+\)=|%.*|\+\+\+.*|:orphan:|\{[#.][\w.-]+(?:[ \t][^}]*)?\})[ \t]*$")
+#: MyST's links whose text Sphinx fills in (`[](other.md)`, `<project:#section>`, `<inv:python#os>`): their target
+_MYST_LINK = re.compile(r"\[\]\((?:project:|path:|inv:)?#?(?P<a>[^)\s]+)\)|<(?:project|path|inv):#?(?P<b>[^<>\s]+)>")
+#: a role: {ref}`Text <target>`, {term}`word`, {octicon}`book`
+_MYST_ROLE = re.compile(r"\{(?P<name>[\w:.-]+)\}(?P<ticks>`+)(?P<body>.+?)(?P=ticks)")
+#: roles that draw an icon, no words
+_ICON_ROLES = frozenset(("octicon", "fa", "fas", "far", "fab", "icon", "material-regular", "material-outlined"))
+
+
 def _blank(match: re.Match[str]) -> str:
     """What replaces markup: as many line breaks as it spanned, so line numbers still point into the file."""
     return "\n" * match.group(0).count("\n")
@@ -157,6 +208,104 @@ def _in_comment_after(line: str, comment: bool) -> bool:
         if found < 0:
             return comment
         comment, rest = not comment, rest[found + len(marker) :]
+
+
+def _role_words(match: re.Match[str]) -> str:
+    """A role's words: `Text` of `Text <target>`, else its content (`~a.b` shows `b`); an icon none."""
+    if match.group("name") in _ICON_ROLES:
+        return ""
+    body = match.group("body").strip()
+    labelled = re.fullmatch(r"(?s)(.*?)\s*<([^<>]+)>", body)
+    if labelled:
+        body = labelled.group(1) or labelled.group(2)
+    if body.startswith("~"):
+        body = body[1:].rsplit(".", 1)[-1]
+    return body.lstrip("!")
+
+
+@dataclass
+class _Directive:
+    """An open MyST directive: its fence, what its body is (`prose`, `code`, `hidden`) and whether options may come."""
+
+    fence: str
+    kind: str
+    close: str  # what its closing fence becomes
+    options: bool = True
+    yaml: bool = False  # inside a `---` block of options
+
+
+def _closes_directive(line: str, fence: str) -> bool:
+    if fence[0] == ":":
+        stripped = line.strip()
+        return len(stripped) >= len(fence) and not stripped.strip(":")
+    return closes_fence(line, fence)
+
+
+def _code_marker(fence: str, body: list[str]) -> str:
+    """The fence of a code block for a directive's body: longer than any backtick fence the body holds."""
+    end = next((n for n, line in enumerate(body) if _closes_directive(line, fence)), len(body))
+    longest = max((len(m.group(1)) for line in body[:end] if (m := re.match(r"[ \t]*(`{3,})", line))), default=0)
+    return "`" * max(3, longest + 1, len(fence) if fence[0] == "`" else 0)
+
+
+def _open_directive(match: re.Match[str], body: list[str]) -> tuple[_Directive, str]:
+    """
+    The directive a fence opens (`body`: the lines after it), and the line it leaves: a code block's fence, a title,
+    or nothing.
+    """
+    name, arg, indent = match.group("name"), match.group("arg"), match.group("indent")
+    fence = match.group("fence")
+    if name in _MYST_CODE:
+        marker = fence if fence[0] == "~" else _code_marker(fence, body)
+        language = _MYST_CODE[name]
+        language = (arg.split() or [""])[0] if language is None else language
+        return _Directive(fence, "code", indent + marker), indent + marker + language
+    if name in _MYST_HIDDEN:
+        return _Directive(fence, "hidden", ""), ""
+    if name in _MYST_VERSION:
+        return _Directive(fence, "prose", ""), f"{indent}{_MYST_VERSION[name]} {arg}".rstrip()
+    return _Directive(fence, "prose", ""), "" if name in _MYST_UNTITLED else indent + arg
+
+
+def _directive_line(top: _Directive, line: str) -> str | None:
+    """What an open code or hidden directive, or the options at the top of any, make of a line (None: not theirs)."""
+    if top.options and top.yaml:
+        top.yaml = line.strip() != "---"
+        return ""
+    if top.options and (_MYST_OPTION.match(line) or line.strip() == "---"):
+        top.yaml = line.strip() == "---"
+        return ""
+    top.options = False
+    if top.kind == "code":
+        return line
+    return "" if top.kind == "hidden" else None
+
+
+def _myst(lines: list[str]) -> list[str]:
+    """
+    MyST's markup, line for line: directive fences go (a code directive's become a code block's, a hidden one's body
+    goes with them), their options go, an argument stays as the title line; targets, comments and block breaks go.
+    """
+    out: list[str] = []
+    stack: list[_Directive] = []
+    fence = ""  # an ordinary code block: shown as written
+    for number, line in enumerate(lines):
+        if fence:
+            fence = "" if closes_fence(line, fence) else fence
+            out.append(line)
+        elif stack and _closes_directive(line, stack[-1].fence):
+            out.append(stack.pop().close)
+        elif stack and (kept := _directive_line(stack[-1], line)) is not None:
+            out.append(kept)
+        elif opened := _MYST_OPEN.match(line):
+            directive, shown = _open_directive(opened, lines[number + 1 :])
+            stack.append(directive)
+            out.append(shown)
+        else:
+            fence = opening_fence(line)
+            silent = not fence and _MYST_SILENT.match(line)
+            out.append("" if silent else _MYST_LINK.sub(lambda m: m.group("a") or m.group("b"), line))
+    return out
 
 
 def _fence_code_shortcodes(text: str) -> str:
@@ -222,7 +371,7 @@ _PROSE: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
 
 
 def _clean_prose(text: str, closed: set[str]) -> str:
-    text, spans = _protect_inline_code(text)
+    text, spans = _protect_inline_code(_MYST_ROLE.sub(_role_words, text))  # a role's content is a code span
     for pattern, rewrite in _PROSE:
         text = pattern.sub(rewrite, text)
     text = _TAG.sub(_tag_rewrite(closed), text)
@@ -238,6 +387,8 @@ def clean_markup(text: str) -> str:
         blocks unchanged; every line where it was.
     """
     lines = _dedent_mkdocs(_fence_code_shortcodes(text).split("\n"))
+    if ("{" in text or ")=" in text) and _MYST_PAGE.search(text):
+        lines = _myst(lines)
     out: list[str] = []
     prose: list[str] = []
     fence = ""

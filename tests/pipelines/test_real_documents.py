@@ -46,6 +46,9 @@ RESIDUE = [
     r"<dfn\b",
     r"\{ ?#[\w-]+ ?\}",
     r"\{\{#(?:include|rustdoc_include|playground|title)\b",
+    r"^\s*(?:`{3,}|:{3,})\{[\w:.-]+\}",
+    r"^\([\w./:-]+\)=\s*$",
+    r"\{(?:ref|doc|term|octicon|py:class)\}",
 ]
 
 
@@ -64,6 +67,7 @@ def build_knowledge(root: Path) -> Path:
     shutil.copytree(FIXTURES / "kubernetes" / "content" / "zh-cn", root / "kubernetes")
     shutil.copytree(FIXTURES / "docusaurus" / "docs", root / "docusaurus")
     shutil.copytree(FIXTURES / "mdbook" / "guide" / "src", root / "mdbook")
+    shutil.copytree(FIXTURES / "myst" / "docs", root / "myst")
     for kind, pattern in (("pdf", "*.pdf"), ("docx", "*.docx"), ("html", "*.html"), ("text", "doc/*.txt")):
         (root / "manuals").mkdir(exist_ok=True)
         for path in (FIXTURES / kind).glob(pattern):
@@ -130,6 +134,7 @@ class TestRealDocumentation:
             "fastapi/docs_src/background_tasks/tutorial002_an_py310.py",
             "kubernetes/examples/application/job/cronjob.yaml",
             "mdbook/format/example.rs",
+            "myst/syntax/examples/example.py",
         }
         assert summary.warnings == []
         # Jekyll's version badge lives in the site's `_includes`, which the page finds from its own folder
@@ -143,7 +148,7 @@ class TestRealDocumentation:
                 assert match is None, f"{chunk.meta['source']}: {pattern!r} in {prose[:300]!r}"
 
     def test_breadcrumbs_are_real_headings_never_licence_lines(self, chunks):
-        for chunk in chunks:
+        for chunk in (c for c in chunks if c.meta["markup"] == "markdown"):  # a text file's first line may be `# x`
             crumb = chunk.meta["breadcrumb"]
             assert "License" not in crumb and "#" not in crumb and not re.search(r"<!--|<\w+\s[^>]*>", crumb), crumb
             # headings read as text: no code spans, links or emphasis (vite's docs: `hotUpdate`, GitLab's `**X**`)
@@ -195,6 +200,15 @@ class TestRealDocumentation:
         assert '```rust\nfn main() {\n    println!("Hello World!");' in book  # `{{#playground example.rs}}`
         assert "```hbs\n{{#include file.rs:2}}" in book  # `\{{#include ...}}`: the directive as the site shows it
 
+    def test_myst_pages_keep_their_directives_words_and_show_their_includes(self, chunks):
+        admonitions = "\n".join(c.content for c in _of(chunks, "myst/syntax/admonitions.md"))
+        assert "\nLet's give readers a helpful hint!" in admonitions
+        assert ":class: myclass1" not in without_code(admonitions)  # options go, words stay
+        background = "\n".join(c.content for c in _of(chunks, "myst/develop/background.md"))
+        assert "{ref}" not in background and "(develop/background)=" not in background
+        organising = "\n".join(c.content for c in _of(chunks, "myst/syntax/organising_content.md"))
+        assert "```\nHallo\nthere\nyou!\n```" in organising  # `{literalinclude} example.txt`, as a code block
+
     def test_a_section_page_of_front_matter_only_is_its_description(self, chunks):
         (page,) = _of(chunks, "installation/_index.md")
         assert page.content.startswith("Install Hugo on macOS, Linux, Windows, BSD")
@@ -214,7 +228,8 @@ class TestRealDocumentation:
                 continue  # the description lead comes from the front matter
             # the longest of the first words of its last line (a table part's first line is the repeated header): the
             # file has the markup the chunk lost around them
-            last_line = chunk.content.split("\n")[-1].strip()
+            # (a MyST code directive's `::::` closes as a code block's fence: the last line with words, then)
+            last_line = next((ln for ln in reversed(chunk.content.split("\n")) if re.search(r"\w", ln)), "").strip()
             word = max(re.findall(r"\w+", last_line)[:4] or [last_line], key=len)
             assert word in span, f"{source} {chunk.meta['line_start']}-{chunk.meta['line_end']}: {word}"
             checked += 1
@@ -295,6 +310,7 @@ class TestRealDocumentation:
             ),
             ("CronJob 的调度时间按哪个时区计算？", "kubernetes/docs/concepts/workloads/controllers/cron-jobs.md"),
             ("How do I pull only some lines of a source file into my mdBook chapter?", "mdbook/format/mdbook.md"),
+            ("How do I give a MyST admonition a title of my own?", "myst/syntax/admonitions.md"),
             (
                 "How can several Docusaurus pages reuse the same piece of markdown?",
                 "docusaurus/guides/markdown-features/markdown-features-react.mdx",

@@ -296,6 +296,46 @@ class TestMarkdownKnowledgeConverter:
         segment = max((s for s in doc.meta["line_map"] if s[0] <= lines.index("end")), key=lambda s: s[0])
         assert file_lines[segment[1] + (lines.index("end") - segment[0]) - 1] == "end"
 
+    def test_myst_includes_show_the_part_of_the_file_their_options_name(self, tmp_path: Path):
+        docs = tmp_path / "docs"
+        (docs / "syntax").mkdir(parents=True)
+        (docs / "syntax" / "example.txt").write_text("Hallo\nthere\nyou!\n")
+        (docs / "syntax" / "code.py").write_text("import os\n# start\nprint(os.sep)\n# end\n")
+        (docs / "README.md").write_text("---\ntitle: R\n---\n## From the readme\n")
+        page = (
+            "# Organising\n\n```{include} example.txt\n:start-after: Hallo\n:end-before: you!\n```\n\n"
+            ":::{literalinclude} code.py\n:start-after: # start\n:end-before: # end\n:::\n\n"
+            "```{literalinclude} code.py\n:lines: 1,3\n:language: py\n```\n\n"
+            "```{include} /README.md\n```\n\n```{include} ../../outside.md\n```\nend\n"
+        )
+        (docs / "syntax" / "page.md").write_text(page)
+        out = MarkdownKnowledgeConverter().run(sources=[docs / "syntax" / "page.md"], meta={"source": "syntax/page.md"})
+        [doc] = out["documents"]
+        assert "\nthere\n" in doc.content and "Hallo" not in doc.content
+        assert "```python\nprint(os.sep)\n```" in doc.content  # a literal include: a code block
+        assert "```py\nimport os\nprint(os.sep)\n```" in doc.content
+        assert "## From the readme" in doc.content  # `/`: the docs' root
+        assert "```{include} ../../outside.md\n```" in doc.content  # left for the cleaner to hide, and reported
+        assert [w["reason"] for w in out["warnings"]] == [
+            "include not resolved: ../../outside.md (not found under the knowledge root)"
+        ]
+        lines, file_lines = doc.content.split("\n"), page.split("\n")
+        segment = max((s for s in doc.meta["line_map"] if s[0] <= lines.index("end")), key=lambda s: s[0])
+        assert file_lines[segment[1] + (lines.index("end") - segment[0]) - 1] == "end"
+
+    def test_myst_substitutions_of_the_front_matter_fill_the_text_and_not_the_code(self):
+        data = (
+            b"---\nmyst:\n  substitutions:\n    confpy: sphinx `conf.py` file\n    block: |\n      Two\n      lines\n---\n"
+            b"Set it in the {{ confpy }}.\n{{block}}\n```\n{{ confpy }}\n```\n{{ unknown }} stays\nend\n"
+        )
+        out = MarkdownKnowledgeConverter().run(sources=[ByteStream(data, meta={"file_path": "a.md"})])
+        [doc] = out["documents"]
+        assert doc.content.startswith("Set it in the sphinx `conf.py` file.\nTwo\nlines\n```\n{{ confpy }}\n```\n")
+        assert "{{ unknown }} stays" in doc.content
+        lines, file_lines = doc.content.split("\n"), data.decode().split("\n")
+        segment = max((s for s in doc.meta["line_map"] if s[0] <= lines.index("end")), key=lambda s: s[0])
+        assert file_lines[segment[1] + (lines.index("end") - segment[0]) - 1] == "end"
+
     def test_a_stream_without_a_path_reports_its_includes_unresolved(self):
         stream = ByteStream(b'# T\n\n{{% include "/x.md" %}}\n', meta={"source": "a.md"})
         out = MarkdownKnowledgeConverter().run(sources=[stream])

@@ -141,6 +141,43 @@ class TestMarkupCleaner:
         )
         assert clean_markup(text) == "Intro\n\n`{{#title T}}` shows it\n```rust\n{{#include ../x.rs}}\n```\n\n"
 
+    def test_myst_directives_keep_their_words_and_lose_their_fences_and_options(self):
+        text = (
+            "(install)=\n# Install\n\n"
+            "````{admonition} Mind the version\n:class: tip\n:name: v\n\nUse 3.11.\n\n"
+            "```{code-block} python\n:linenos:\n# a comment\nimport x\n```\n````\n"
+            ":::{versionadded} 0.19\nThe `--fast` flag.\n:::\n"
+            "```{toctree}\n:maxdepth: 2\nintro\n```\n"
+            "```{note}\n---\nclass: x\n---\nA {term}`glossary` word, see {ref}`the setup <setup>` and [](other.md).\n```\n"
+            "% a comment\n+++\nend {octicon}`book` {py:class}`~pkg.mod.Reader`"
+        )
+        cleaned = clean_markup(text)
+        assert cleaned.count("\n") == text.count("\n")  # every line where it was
+        lines = [line for line in cleaned.split("\n") if line]
+        assert lines == [
+            "# Install",
+            "Mind the version",
+            "Use 3.11.",
+            "```python",
+            "# a comment",  # code: no heading, as written
+            "import x",
+            "```",
+            "New in version 0.19",
+            "The `--fast` flag.",
+            "A glossary word, see the setup and other.md.",
+            "end  Reader",
+        ]
+
+    def test_a_myst_code_directive_becomes_a_block_longer_than_the_blocks_it_holds(self):
+        text = "::::{myst-example}\n```py\nx = 1\n```\n:::{tip}\nHint\n:::\n::::\nafter"
+        assert clean_markup(text) == "````md\n```py\nx = 1\n```\n:::{tip}\nHint\n:::\n````\nafter"
+
+    def test_myst_markup_is_read_only_on_a_myst_page_and_never_in_code(self):
+        plain = "% of users\n+++\nA [](x.md) and (y)= stay."  # no directive, target line or role: not MyST
+        assert clean_markup(plain) == plain
+        example = "````md\n```{note}\n:class: x\nBody\n```\n(label)=\n````\n{ref}`a`"
+        assert clean_markup(example) == "````md\n```{note}\n:class: x\nBody\n```\n(label)=\n````\na"
+
     def test_an_unclosed_comment_hides_the_rest_but_keeps_the_lines(self):
         assert clean_markup("text\n<!-- open\n# not a heading\n") == "text\n\n\n"
 
