@@ -67,15 +67,20 @@ _HTML_TAGS = (
     "source|span|strong|sub|summary|sup|table|tbody|td|tfoot|th|thead|tr|u|ul|video|dl|dt|dd|blockquote|code|pre|"
     "mark|del|ins|s|nav|main|article|aside|header|footer|button|svg|path|script|style|noscript|h[1-6]|link|meta|"
     "caption|col|colgroup|input|form|label|select|option|textarea|dfn|cite|q|var|samp|time|tt|big|strike|wbr|bdi|"
-    "bdo|ruby|rt|rp|data|address"
+    "bdo|ruby|rt|rp|data|address|template|audio|use|slot|dialog|canvas|track|embed|object"
 )
 _TAG = re.compile(
-    r"<(?P<close>/)?(?P<name>[A-Z][\w.]*|(?:" + _HTML_TAGS + r")(?![\w-]))"
+    # a custom element's name has a hyphen (`<svg-image :svg="x" />`): a Vue or web component, never words
+    r"<(?P<close>/)?(?P<name>[A-Z][\w.]*|[a-z][a-z0-9]*(?:-[a-z0-9]+)+|(?:" + _HTML_TAGS + r")(?![\w-]))"
     # a component's attributes may hold JSX (`values={[{label: 'a'}]}`, over several lines): anything but `<` or `>`
     r"(?P<attrs>\s(?:[^<>\"']|\"[^\"]*\"|'[^']*')*)?(?P<self>/)?>"
 )
-_CLOSING_COMPONENT = re.compile(r"</([A-Z][\w.]*)\s*>")
-_LABEL = re.compile(r"""\blabel\s*=\s*(?:"([^"]*)"|'([^']*)'|\{\s*["']([^"']*)["']\s*\})""")
+_CLOSING_COMPONENT = re.compile(r"</([A-Z][\w.]*|[a-z][a-z0-9]*(?:-[a-z0-9]+)+)\s*>")
+#: the attribute whose value a component shows as words: a tab's `label`, a VitePress badge's `text`
+_LABEL = re.compile(r"""\b(?:label|text)\s*=\s*(?:"([^"]*)"|'([^']*)'|\{\s*["']([^"']*)["']\s*\})""")
+#: a Vue page's interpolation (`{{ dep.name }}`), on a page with a `<script setup>` or a `<template>`: live data
+_VUE_INTERPOLATION = re.compile(r"\{\{[^{}\n]*\}\}")
+_VUE_PAGE = re.compile(r"<script\s+setup\b|<template\b")
 _SCRIPT = re.compile(r"<(script|style|head)\b[^>]*>.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
 #: Docusaurus admonitions: `:::tip`, `:::tip Title`, `:::tip[Title]`, with attributes after them (`{.padding--lg}`)
 _DOCUSAURUS = re.compile(
@@ -155,14 +160,14 @@ def _blank(match: re.Match[str]) -> str:
 
 def _tag_rewrite(closed: set[str]) -> Callable[[re.Match[str]], str]:
     """
-    Drop a tag, keeping a `label`'s text. A bare capitalized `<Word>` is only a component when the text closes it
-    (`</Word>`): otherwise it is prose, such as a key name or a placeholder.
+    Drop a tag, keeping a `label`'s or `text`'s value. A bare capitalized `<Word>` or hyphenated `<word-name>` is
+    only a component when the text closes it (`</Word>`): otherwise it is prose, such as a key name or a placeholder.
     """
 
     def rewrite(match: re.Match[str]) -> str:
         name = match.group("name")
         bare = not (match.group("close") or match.group("attrs") or match.group("self"))
-        if bare and name[0].isupper() and name not in closed:
+        if bare and (name[0].isupper() or "-" in name) and name not in closed:
             return match.group(0)
         label = _LABEL.search(match.group(0))
         kept = next((g for g in label.groups() if g), "") if label else ""
@@ -370,10 +375,12 @@ _PROSE: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
 ]
 
 
-def _clean_prose(text: str, closed: set[str]) -> str:
+def _clean_prose(text: str, closed: set[str], vue: bool = False) -> str:
     text, spans = _protect_inline_code(_MYST_ROLE.sub(_role_words, text))  # a role's content is a code span
     for pattern, rewrite in _PROSE:
         text = pattern.sub(rewrite, text)
+    if vue:
+        text = _VUE_INTERPOLATION.sub("", text)
     text = _TAG.sub(_tag_rewrite(closed), text)
     return _restore_inline_code(text, spans)
 
@@ -395,6 +402,7 @@ def clean_markup(text: str) -> str:
     mdx = ""  # the fence of an open mdx-code-block, whose lines are prose
     # the components the page closes anywhere: a tab's `</Tabs>` may come after a code block inside it
     closed = set(_CLOSING_COMPONENT.findall(text))
+    vue = _VUE_PAGE.search(text) is not None
     comment = False  # inside an HTML comment, which may hide a whole code block (a translation's original)
     for line in lines:
         if fence:
@@ -413,14 +421,14 @@ def clean_markup(text: str) -> str:
             continue
         opened = opening_fence(line)
         if opened:
-            out.extend(_clean_prose("\n".join(prose), closed).split("\n") if prose else [])
+            out.extend(_clean_prose("\n".join(prose), closed, vue).split("\n") if prose else [])
             prose = []
             out.append(line)
             fence = opened
             continue
         prose.append(line)
     if prose:
-        out.extend(_clean_prose("\n".join(prose), closed).split("\n"))
+        out.extend(_clean_prose("\n".join(prose), closed, vue).split("\n"))
     return "\n".join(out)
 
 

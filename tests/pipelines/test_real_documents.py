@@ -68,6 +68,7 @@ def build_knowledge(root: Path) -> Path:
     shutil.copytree(FIXTURES / "docusaurus" / "docs", root / "docusaurus")
     shutil.copytree(FIXTURES / "mdbook" / "guide" / "src", root / "mdbook")
     shutil.copytree(FIXTURES / "myst" / "docs", root / "myst")
+    shutil.copytree(FIXTURES / "vitepress" / "docs", root / "vitepress")
     for kind, pattern in (("pdf", "*.pdf"), ("docx", "*.docx"), ("html", "*.html"), ("text", "doc/*.txt")):
         (root / "manuals").mkdir(exist_ok=True)
         for path in (FIXTURES / kind).glob(pattern):
@@ -209,6 +210,14 @@ class TestRealDocumentation:
         organising = "\n".join(c.content for c in _of(chunks, "myst/syntax/organising_content.md"))
         assert "```\nHallo\nthere\nyou!\n```" in organising  # `{literalinclude} example.txt`, as a code block
 
+    def test_vitepress_pages_lose_their_components_and_live_data(self, chunks):
+        (hook, *_) = _of(chunks, "vitepress/changes/hotupdate-hook.md")
+        assert hook.meta["title"] == "HMR hotUpdate Plugin Hook"
+        why = "\n".join(c.content for c in _of(chunks, "vitepress/guide/why.md"))
+        assert "svg-image" not in why and "bundlerSvg" not in why
+        thanks = "\n".join(without_code(c.content) for c in _of(chunks, "vitepress/acknowledgements.md"))
+        assert "{{" not in thanks and "dep.name" not in thanks and "v-if" not in thanks
+
     def test_a_section_page_of_front_matter_only_is_its_description(self, chunks):
         (page,) = _of(chunks, "installation/_index.md")
         assert page.content.startswith("Install Hugo on macOS, Linux, Windows, BSD")
@@ -311,6 +320,7 @@ class TestRealDocumentation:
             ("CronJob 的调度时间按哪个时区计算？", "kubernetes/docs/concepts/workloads/controllers/cron-jobs.md"),
             ("How do I pull only some lines of a source file into my mdBook chapter?", "mdbook/format/mdbook.md"),
             ("How do I give a MyST admonition a title of my own?", "myst/syntax/admonitions.md"),
+            ("Which Vite plugin hook replaces handleHotUpdate?", "vitepress/changes/hotupdate-hook.md"),
             (
                 "How can several Docusaurus pages reuse the same piece of markdown?",
                 "docusaurus/guides/markdown-features/markdown-features-react.mdx",

@@ -325,7 +325,8 @@ class TestMarkdownKnowledgeConverter:
 
     def test_myst_substitutions_of_the_front_matter_fill_the_text_and_not_the_code(self):
         data = (
-            b"---\nmyst:\n  substitutions:\n    confpy: sphinx `conf.py` file\n    block: |\n      Two\n      lines\n---\n"
+            b"---\nmyst:\n  substitutions:\n    confpy: sphinx `conf.py` file\n"
+            b"    block: |\n      Two\n      lines\n---\n"
             b"Set it in the {{ confpy }}.\n{{block}}\n```\n{{ confpy }}\n```\n{{ unknown }} stays\nend\n"
         )
         out = MarkdownKnowledgeConverter().run(sources=[ByteStream(data, meta={"file_path": "a.md"})])

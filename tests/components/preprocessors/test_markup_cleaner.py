@@ -148,7 +148,8 @@ class TestMarkupCleaner:
             "```{code-block} python\n:linenos:\n# a comment\nimport x\n```\n````\n"
             ":::{versionadded} 0.19\nThe `--fast` flag.\n:::\n"
             "```{toctree}\n:maxdepth: 2\nintro\n```\n"
-            "```{note}\n---\nclass: x\n---\nA {term}`glossary` word, see {ref}`the setup <setup>` and [](other.md).\n```\n"
+            "```{note}\n---\nclass: x\n---\n"
+            "A {term}`glossary` word, see {ref}`the setup <setup>` and [](other.md).\n```\n"
             "% a comment\n+++\nend {octicon}`book` {py:class}`~pkg.mod.Reader`"
         )
         cleaned = clean_markup(text)
@@ -177,6 +178,18 @@ class TestMarkupCleaner:
         assert clean_markup(plain) == plain
         example = "````md\n```{note}\n:class: x\nBody\n```\n(label)=\n````\n{ref}`a`"
         assert clean_markup(example) == "````md\n```{note}\n:class: x\nBody\n```\n(label)=\n````\na"
+
+    def test_vitepress_badges_keep_their_text_and_vue_pages_lose_their_live_data(self):
+        page = (
+            '<script setup>\nimport { data } from "./x.data"\n</script>\n'
+            '## Target Change <Badge text="NRV" type="warning" />\n<svg-image :svg="bundlerSvg" />\n'
+            '<template v-for="dep in data"><code>{{ dep.name }}</code> by {{ dep.author }}</template>\n`{{ x }}` stays'
+        )
+        assert clean_markup(page) == "\n\n\n## Target Change NRV\n\n by \n`{{ x }}` stays"
+        # a placeholder is no component: it has no attributes and nothing closes it
+        assert clean_markup('Name it "a_<customer-name>-internal".') == 'Name it "a_<customer-name>-internal".'
+        # without a script or template, `{{ }}` is the page's text (a Jinja or Helm example, say)
+        assert clean_markup("Write {{ .Values.name }} in the chart.") == "Write {{ .Values.name }} in the chart."
 
     def test_an_unclosed_comment_hides_the_rest_but_keeps_the_lines(self):
         assert clean_markup("text\n<!-- open\n# not a heading\n") == "text\n\n\n"
