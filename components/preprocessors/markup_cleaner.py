@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -78,6 +79,18 @@ _TAG = re.compile(
 _CLOSING_COMPONENT = re.compile(r"</([A-Z][\w.]*|[a-z][a-z0-9]*(?:-[a-z0-9]+)+)\s*>")
 #: the attribute whose value a component shows as words: a tab's `label`, a VitePress badge's `text`
 _LABEL = re.compile(r"""\b(?:label|text)\s*=\s*(?:"([^"]*)"|'([^']*)'|\{\s*["']([^"']*)["']\s*\})""")
+#: the attributes whose value a component shows as words: also a card's, step's or accordion's `title`, a
+#: figure's `caption` (on an HTML element `title` is a tooltip, not text)
+_COMPONENT_WORDS = re.compile(
+    r"""\b(?:label|text|title|caption)\s*=\s*(?:"([^"]*)"|'([^']*)'|\{\s*["']([^"']*)["']\s*\})"""
+)
+#: what a Liquid tag shows as words: GitBook's `{% tab title="HTTP" %}`, `{% code title="index.js" %}`,
+#: `{% update date="2025-12-18" %}`
+_LIQUID_WORDS = re.compile(r"""\b(?:title|date)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
+#: an HTML code element on one line, without other tags in it
+_HTML_CODE = re.compile(r"<code>([^<>\n`]+)</code>")
+#: a character reference (`&#x20;`, `&lt;`, `&nbsp;`), which the page shows as its character
+_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 #: a Vue page's interpolation (`{{ dep.name }}`), on a page with a `<script setup>` or a `<template>`: live data
 _VUE_INTERPOLATION = re.compile(r"\{\{[^{}\n]*\}\}")
 _VUE_PAGE = re.compile(r"<script\s+setup\b|<template\b")
@@ -169,7 +182,8 @@ def _tag_rewrite(closed: set[str]) -> Callable[[re.Match[str]], str]:
         bare = not (match.group("close") or match.group("attrs") or match.group("self"))
         if bare and (name[0].isupper() or "-" in name) and name not in closed:
             return match.group(0)
-        label = _LABEL.search(match.group(0))
+        component = name[0].isupper() or "-" in name
+        label = (_COMPONENT_WORDS if component else _LABEL).search(match.group(0))
         kept = next((g for g in label.groups() if g), "") if label else ""
         return kept + _blank(match)
 
@@ -193,6 +207,13 @@ def _hugo_words(match: re.Match[str]) -> str:
     elif not words and kind == "heading" and (argument := _HUGO_ARGUMENT.match(code)):
         words = argument.group(1) or argument.group(2) or ""
     return words + _blank(match)
+
+
+def _liquid_words(match: re.Match[str]) -> str:
+    """A Liquid tag's shown words (its `title` or `date`), its line breaks kept; else nothing."""
+    code = match.group(0)
+    shown = _LIQUID_WORDS.search(code) if code.startswith("{%") else None
+    return (next((g for g in shown.groups() if g), "") if shown else "") + _blank(match)
 
 
 def _title(match: re.Match[str]) -> str:
@@ -361,7 +382,7 @@ _PROSE: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
     (_MDX_IMPORT, _blank),
     (_MDX_EXPORT, _blank),
     (_HUGO, _hugo_words),
-    (_LIQUID, _blank),
+    (_LIQUID, _liquid_words),
     (_SNIPPET, _blank),
     (_CODE_INCLUDE, _blank),
     (_MDBOOK, _blank),
@@ -375,12 +396,27 @@ _PROSE: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
 ]
 
 
+def _code_span(match: re.Match[str], vue: bool) -> str:
+    """
+    An HTML `<code>` element as the code span it shows (`<code>{&#37; raw &#37;}</code>` -> `{% raw %}`); on a Vue
+    page its `{{ }}` is live data.
+    """
+    code = html.unescape(match.group(1))
+    code = _VUE_INTERPOLATION.sub("", code).strip() if vue else code
+    if not code:
+        return ""
+    ticks = "`" * (1 + max((len(run) for run in re.findall(r"`+", code)), default=0))
+    return f"{ticks}{code}{ticks}"
+
+
 def _clean_prose(text: str, closed: set[str], vue: bool = False) -> str:
-    text, spans = _protect_inline_code(_MYST_ROLE.sub(_role_words, text))  # a role's content is a code span
+    text = _HTML_CODE.sub(lambda m: _code_span(m, vue), _MYST_ROLE.sub(_role_words, text))  # roles: code spans
+    text, spans = _protect_inline_code(text)
     for pattern, rewrite in _PROSE:
         text = pattern.sub(rewrite, text)
     if vue:
         text = _VUE_INTERPOLATION.sub("", text)
+    text = _ENTITY.sub(lambda m: html.unescape(m.group(0)), text)  # after the tags: `&lt;div&gt;` is text
     text = _TAG.sub(_tag_rewrite(closed), text)
     return _restore_inline_code(text, spans)
 

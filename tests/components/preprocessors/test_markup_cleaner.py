@@ -191,6 +191,34 @@ class TestMarkupCleaner:
         # without a script or template, `{{ }}` is the page's text (a Jinja or Helm example, say)
         assert clean_markup("Write {{ .Values.name }} in the chart.") == "Write {{ .Values.name }} in the chart."
 
+    def test_a_components_title_and_a_liquid_tags_title_or_date_are_words_the_page_shows(self):
+        # Mintlify's steps and accordions, Starlight's cards; GitBook's tabs, code titles and changelog dates
+        text = (
+            '<Steps>\n<Step title="Install the CLI">\nRun it.\n</Step>\n</Steps>\n<Card title="Stars" icon="star">\n'
+            'Sirius\n</Card>\n<a href="x" title="a tooltip">link</a>\n'
+            '{% tabs %}\n{% tab title="HTTP" %}\ncurl\n{% endtab %}\n{% endtabs %}\n'
+            '{% update date="2025-12-18" %}\nShipped.\n{% endupdate %}\n{% hint style="info" %}\nHint.\n{% endhint %}'
+        )
+        lines = [line for line in clean_markup(text).split("\n") if line]
+        assert lines == [
+            "Install the CLI",
+            "Run it.",
+            "Stars",
+            "Sirius",
+            "link",
+            "HTTP",
+            "curl",
+            "2025-12-18",
+            "Shipped.",
+            "Hint.",
+        ]
+
+    def test_character_references_read_as_their_characters_outside_code(self):
+        text = "Array&lt;SidebarLink&gt;&#x20;and&nbsp;R&amp;D &mdash; `&lt;kept&gt;`\n```\n&amp;\n```\nAT&T stays"
+        assert clean_markup(text) == "Array<SidebarLink> and\xa0R&D — `&lt;kept&gt;`\n```\n&amp;\n```\nAT&T stays"
+        # an HTML code element is code: Jekyll's docs show their own tags so
+        assert clean_markup("place <code>{&#37; raw &#37;}</code> tags") == "place `{% raw %}` tags"
+
     def test_an_unclosed_comment_hides_the_rest_but_keeps_the_lines(self):
         assert clean_markup("text\n<!-- open\n# not a heading\n") == "text\n\n\n"
 
