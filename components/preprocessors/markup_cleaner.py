@@ -91,6 +91,11 @@ _LIQUID_WORDS = re.compile(r"""\b(?:title|date)\s*=\s*(?:"([^"]*)"|'([^']*)')"""
 _HTML_CODE = re.compile(r"<code>([^<>\n`]+)</code>")
 #: a character reference (`&#x20;`, `&lt;`, `&nbsp;`), which the page shows as its character
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+#: a JSX component's opening or closing tag on a line of its own, whose body MDX reads as markdown
+_COMPONENT_LINE = re.compile(
+    r"^[ \t]*<(?P<name>[A-Z][\w.]*)(?:\s(?:[^<>\"']|\"[^\"]*\"|'[^']*')*)?(?P<self>/)?>[ \t]*$", re.MULTILINE
+)
+_COMPONENT_CLOSE_LINE = re.compile(r"^[ \t]*</([A-Z][\w.]*)\s*>[ \t]*$")
 #: a Vue page's interpolation (`{{ dep.name }}`), on a page with a `<script setup>` or a `<template>`: live data
 _VUE_INTERPOLATION = re.compile(r"\{\{[^{}\n]*\}\}")
 _VUE_PAGE = re.compile(r"<script\s+setup\b|<template\b")
@@ -334,6 +339,38 @@ def _myst(lines: list[str]) -> list[str]:
     return out
 
 
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _dedent_components(lines: list[str], closed: set[str]) -> list[str]:
+    """
+    The body of a JSX component written on lines of its own (`<Accordion title="Q">` ... `</Accordion>`) moves out by
+    its indent, as MDX reads it (MDX has no indented code): its headings are headings again and its lists keep their
+    levels. Nested components each take their own indent off; code blocks inside move with them.
+    """
+    out: list[str] = []
+    stack: list[list[Any]] = []  # per open component: its name, and its body's indent once its first line shows it
+    fence = ""
+    for line in lines:
+        depth_indent = sum(entry[1] or 0 for entry in stack)
+        if stack and line.strip() and stack[-1][1] is None and not fence:
+            stack[-1][1] = max(0, _indent(line) - sum(entry[1] or 0 for entry in stack[:-1]))
+            depth_indent = sum(entry[1] or 0 for entry in stack)
+        shown = line[min(depth_indent, _indent(line)) :] if stack else line
+        out.append(shown)
+        if fence:
+            fence = "" if closes_fence(shown, fence) else fence
+            continue
+        fence = opening_fence(shown)
+        opened, closing = _COMPONENT_LINE.match(line), _COMPONENT_CLOSE_LINE.match(line)
+        if opened and not opened.group("self") and opened.group("name") in closed:
+            stack.append([opened.group("name"), None])
+        elif closing and stack and stack[-1][0] == closing.group(1):
+            stack.pop()
+    return out
+
+
 def _fence_code_shortcodes(text: str) -> str:
     text = _CODE_OPEN.sub("```", text)
     return _RAW_TAG.sub("", _CODE_CLOSE.sub("```", text))
@@ -432,12 +469,14 @@ def clean_markup(text: str) -> str:
     lines = _dedent_mkdocs(_fence_code_shortcodes(text).split("\n"))
     if ("{" in text or ")=" in text) and _MYST_PAGE.search(text):
         lines = _myst(lines)
+    closed = set(_CLOSING_COMPONENT.findall(text))
+    if "</" in text and _COMPONENT_LINE.search(text):
+        lines = _dedent_components(lines, closed)
     out: list[str] = []
     prose: list[str] = []
     fence = ""
     mdx = ""  # the fence of an open mdx-code-block, whose lines are prose
-    # the components the page closes anywhere: a tab's `</Tabs>` may come after a code block inside it
-    closed = set(_CLOSING_COMPONENT.findall(text))
+    # the components the page closes anywhere (above): a tab's `</Tabs>` may come after a code block inside it
     vue = _VUE_PAGE.search(text) is not None
     comment = False  # inside an HTML comment, which may hide a whole code block (a translation's original)
     for line in lines:

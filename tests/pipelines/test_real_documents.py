@@ -224,6 +224,8 @@ class TestRealDocumentation:
         support = "\n".join(c.content for c in _of(chunks, "mintlify/advanced-support.mdx"))
         assert "What's the difference between a Dedicated CSM and Advanced Slack Support?\n" in support  # an accordion
         assert "Tier 2 · Advanced Slack Support" in support  # a card
+        # the accordion's indented list is a list of siblings again, not code or a nested list
+        assert "\n- **Tier 2: Advanced Slack Support**" in support and "\n- **Tier 3: Dedicated CSM**" in support
         assert "Stars" in "\n".join(c.content for c in _of(chunks, "starlight/components/card-grids.mdx"))
         assert "星星" in "\n".join(c.content for c in _of(chunks, "starlight/zh-cn/components/card-grids.mdx"))
 

@@ -213,6 +213,28 @@ class TestMarkupCleaner:
             "Hint.",
         ]
 
+    def test_a_components_indented_body_moves_out_as_mdx_reads_it(self):
+        text = (
+            '<AccordionGroup>\n  <Accordion title="What is X?">\n    ## Inside\n\n'
+            "    - one\n      - nested\n    - two\n\n    ```bash\n    npm i\n    ```\n  </Accordion>\n"
+            "</AccordionGroup>\n    indented prose stays\n<Enter>\n  kept"
+        )
+        cleaned = clean_markup(text)
+        assert cleaned.count("\n") == text.count("\n")
+        assert [line for line in cleaned.split("\n") if line] == [
+            "What is X?",
+            "## Inside",  # a heading again
+            "- one",
+            "  - nested",  # its level kept
+            "- two",
+            "```bash",
+            "npm i",
+            "```",
+            "    indented prose stays",  # outside any component
+            "<Enter>",  # a key name: nothing closes it
+            "  kept",
+        ]
+
     def test_character_references_read_as_their_characters_outside_code(self):
         text = "Array&lt;SidebarLink&gt;&#x20;and&nbsp;R&amp;D &mdash; `&lt;kept&gt;`\n```\n&amp;\n```\nAT&T stays"
         assert clean_markup(text) == "Array<SidebarLink> and\xa0R&D — `&lt;kept&gt;`\n```\n&amp;\n```\nAT&T stays"
