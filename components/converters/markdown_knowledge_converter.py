@@ -309,12 +309,15 @@ class _Includes:
                 block := self._myst_include(directive, lines, number, source, depth, seen or (self.source,))
             ):
                 end, included = block
-                if included is not None:
+                if included is None:  # left as written, for the cleaner to hide: its lines are the page's own
+                    out.extend(lines[number : end + 1])
+                    origin.extend((n, 1) for n in range(number, end + 1))
+                else:
                     pieces = included.split("\n")
                     out.extend(pieces)
                     origin.extend((number, 0) for _ in pieces)
-                    skip_to = end
-                    continue
+                skip_to = end
+                continue
             elif opening_fence(line):
                 fence = opening_fence(line)
             elif shown:
@@ -431,7 +434,7 @@ def _mdbook_part(text: str, part: str) -> str:
     lines = text.strip("\n").split("\n")
     numbers = part.split(":")
     if part and all(n.isdigit() or not n for n in numbers):
-        first = int(numbers[0] or 1)
+        first = max(1, int(numbers[0] or 1))
         last = int(numbers[1] or len(lines)) if len(numbers) > 1 else first
         lines = lines[first - 1 : last]
     elif part:

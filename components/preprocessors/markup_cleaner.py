@@ -469,6 +469,7 @@ def clean_markup(text: str) -> str:
     lines = _dedent_mkdocs(_fence_code_shortcodes(text).split("\n"))
     if ("{" in text or ")=" in text) and _MYST_PAGE.search(text):
         lines = _myst(lines)
+    # the components the page closes anywhere: a tab's `</Tabs>` may come after a code block inside it
     closed = set(_CLOSING_COMPONENT.findall(text))
     if "</" in text and _COMPONENT_LINE.search(text):
         lines = _dedent_components(lines, closed)
@@ -476,7 +477,6 @@ def clean_markup(text: str) -> str:
     prose: list[str] = []
     fence = ""
     mdx = ""  # the fence of an open mdx-code-block, whose lines are prose
-    # the components the page closes anywhere (above): a tab's `</Tabs>` may come after a code block inside it
     vue = _VUE_PAGE.search(text) is not None
     comment = False  # inside an HTML comment, which may hide a whole code block (a translation's original)
     for line in lines:
@@ -518,7 +518,11 @@ class MarkupCleaner:
     shows: its `text`, `title`, `label` or `caption`, a tab's name), Jekyll/Liquid tags, the markers of MkDocs (`!!!
     note`, `=== "Tab"`, pymdownx's `/// note | Title`), Docusaurus (`:::tip`) and GitHub (`> [!NOTE]`) admonitions
     (their text and title stay), a comment's code blocks, reference links (`[text][ref]` keeps its text; the `[ref]:
-    url` lines go) and heading anchors (`{#id}`). Code shortcodes (`highlight`, `code`, `code-toggle`, Liquid's
+    url` lines go) and heading anchors (`{#id}`). A component keeps the words it shows (a `title`, `caption`, `label`
+    or `text`: Mintlify's steps, Starlight's cards, VitePress' badges) and its indented body moves out as MDX reads
+    it; a GitBook tag keeps its `title` or `date`; MyST directives keep their words (code ones become code blocks),
+    their options, targets, comments and roles go; unresolved mdBook directives go; a Vue page's `{{ }}` goes;
+    character references become characters. Code shortcodes (`highlight`, `code`, `code-toggle`, Liquid's
     `highlight`) become fenced blocks; fenced code and inline code are never changed, except Docusaurus'
     `mdx-code-block` fences, which hold MDX the site renders: the fences go and their content is cleaned as prose. Every
     removed piece leaves its line breaks, so a chunk's line range still points into the file. Only documents whose
