@@ -120,7 +120,10 @@ _SUBSTITUTION = re.compile(r"\{\{\s*([\w.-]+)\s*\}\}")
 _MDBOOK_ANY = re.compile(r"\{\{#(?:include|rustdoc_include|playground|title)\b")
 _MDBOOK_ANCHOR = re.compile(r"\bANCHOR(?:_END)?:\s*(\w+)")
 #: an MDX import of a markdown partial (`import Intro from './_intro.mdx';`), which `<Intro />` then shows
-_MDX_PARTIAL = re.compile(r"^import\s+([A-Z]\w*)\s+from\s+[\"'](\.{1,2}/[^\"'\n]+\.mdx?)[\"'];?[ \t]*$", re.MULTILINE)
+#: (or from the site's root, as Mintlify writes `import Note from "/snippets/note.mdx"`)
+_MDX_PARTIAL = re.compile(
+    r"^import\s+([A-Z]\w*)\s+from\s+[\"']((?:\.{1,2})?/[^\"'\n]+\.mdx?)[\"'];?[ \t]*$", re.MULTILINE
+)
 #: the language of an included source file's code block, by its suffix (others: none)
 _CODE_LANGUAGES = {
     ".py": "python",
@@ -321,7 +324,9 @@ class _Includes:
             elif opening_fence(line):
                 fence = opening_fence(line)
             elif shown:
-                included = self._read(partials[shown], "include_relative", source, depth, seen or (self.source,))
+                target = partials[shown]
+                kind = "" if target.startswith("/") else "include_relative"  # `/`: the site's root, as Hugo's
+                included = self._read(target, kind, source, depth, seen or (self.source,))
                 pieces = (line if included is None else included).split("\n")
                 out.extend(pieces)
                 origin.extend((number, 0) for _ in pieces)

@@ -79,10 +79,10 @@ _TAG = re.compile(
 _CLOSING_COMPONENT = re.compile(r"</([A-Z][\w.]*|[a-z][a-z0-9]*(?:-[a-z0-9]+)+)\s*>")
 #: the attribute whose value a component shows as words: a tab's `label`, a VitePress badge's `text`
 _LABEL = re.compile(r"""\b(?:label|text)\s*=\s*(?:"([^"]*)"|'([^']*)'|\{\s*["']([^"']*)["']\s*\})""")
-#: the attributes whose value a component shows as words: also a card's, step's or accordion's `title`, a
-#: figure's `caption` (on an HTML element `title` is a tooltip, not text)
+#: the attributes whose values a component shows as words: also a card's, step's or accordion's `title`, a link
+#: card's `description`, a figure's `caption` (on an HTML element `title` is a tooltip, not text)
 _COMPONENT_WORDS = re.compile(
-    r"""\b(?:label|text|title|caption)\s*=\s*(?:"([^"]*)"|'([^']*)'|\{\s*["']([^"']*)["']\s*\})"""
+    r"""\b(?:label|text|title|caption|description)\s*=\s*(?:"([^"]*)"|'([^']*)'|\{\s*["']([^"']*)["']\s*\})"""
 )
 #: what a Liquid tag shows as words: GitBook's `{% tab title="HTTP" %}`, `{% code title="index.js" %}`,
 #: `{% update date="2025-12-18" %}`
@@ -188,8 +188,8 @@ def _tag_rewrite(closed: set[str]) -> Callable[[re.Match[str]], str]:
         if bare and (name[0].isupper() or "-" in name) and name not in closed:
             return match.group(0)
         component = name[0].isupper() or "-" in name
-        label = (_COMPONENT_WORDS if component else _LABEL).search(match.group(0))
-        kept = next((g for g in label.groups() if g), "") if label else ""
+        shown = (_COMPONENT_WORDS if component else _LABEL).finditer(match.group(0))
+        kept = " — ".join(word for found in shown if (word := next((g for g in found.groups() if g), "")))
         return kept + _blank(match)
 
     return rewrite

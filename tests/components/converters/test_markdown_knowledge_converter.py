@@ -264,6 +264,20 @@ class TestMarkdownKnowledgeConverter:
             "include not resolved: ./_gone.mdx (not found under the knowledge root)"
         ]
 
+    def test_an_mdx_partial_imported_from_the_sites_root_is_shown(self, tmp_path: Path):
+        # Mintlify: `import X from "/snippets/x.mdx"`, the path from the site's root
+        (tmp_path / "snippets").mkdir()
+        (tmp_path / "components").mkdir()
+        (tmp_path / "snippets" / "icons-optional.mdx").write_text("The icon to show.\n")
+        page = '# Badge\n\nimport IconsOptional from "/snippets/icons-optional.mdx";\n\n<IconsOptional />\n'
+        (tmp_path / "components" / "badge.mdx").write_text(page)
+        out = MarkdownKnowledgeConverter().run(
+            sources=[tmp_path / "components" / "badge.mdx"], meta={"source": "components/badge.mdx"}
+        )
+        [doc] = out["documents"]
+        assert "\nThe icon to show." in doc.content and out["warnings"] == []
+        assert doc.meta["included_files"] == ["snippets/icons-optional.mdx"]
+
     def test_mdbook_directives_show_the_part_of_the_file_they_name(self, tmp_path: Path):
         # mdBook's guide: paths relative to the page, expanded in code blocks too, `\{{#...}}` shown as written
         book = tmp_path / "src"

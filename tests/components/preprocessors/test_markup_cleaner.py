@@ -197,7 +197,8 @@ class TestMarkupCleaner:
             '<Steps>\n<Step title="Install the CLI">\nRun it.\n</Step>\n</Steps>\n<Card title="Stars" icon="star">\n'
             'Sirius\n</Card>\n<a href="x" title="a tooltip">link</a>\n'
             '{% tabs %}\n{% tab title="HTTP" %}\ncurl\n{% endtab %}\n{% endtabs %}\n'
-            '{% update date="2025-12-18" %}\nShipped.\n{% endupdate %}\n{% hint style="info" %}\nHint.\n{% endhint %}'
+            '{% update date="2025-12-18" %}\nShipped.\n{% endupdate %}\n{% hint style="info" %}\nHint.\n{% endhint %}\n'
+            '<LinkCard title="Authoring" description="Write pages." href="/a/" />'
         )
         lines = [line for line in clean_markup(text).split("\n") if line]
         assert lines == [
@@ -211,6 +212,7 @@ class TestMarkupCleaner:
             "2025-12-18",
             "Shipped.",
             "Hint.",
+            "Authoring — Write pages.",  # Starlight's link card: its title and its description
         ]
 
     def test_a_components_indented_body_moves_out_as_mdx_reads_it(self):
