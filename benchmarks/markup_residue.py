@@ -59,8 +59,9 @@ def residue(folder: Path, pipeline: Path, chunks_file: Path | None = None) -> di
     """The figures of one folder (see the module's docstring); `chunks_file` receives the chunks' digests."""
     spec = yaml.safe_load(pipeline.read_text(encoding="utf-8"))
     partial_folders = (spec.get("metadata") or {}).get("partial_folders", DEFAULT_PARTIAL_FOLDERS)
-    pages = {p: s for p, s in find_knowledge_files(folder).files.items() if p.suffix in (".md", ".mdx")}
-    headless = headless_folders(pages)
+    files = find_knowledge_files(folder).files
+    pages = {p: s for p, s in files.items() if p.suffix in (".md", ".mdx")}
+    headless = headless_folders(files)
     pages = {p: s for p, s in pages.items() if not is_partial(s, partial_folders, headless)}
     converted = _component(spec["components"], "markdown").run(
         sources=list(pages), meta=[{"source": s} for s in pages.values()]

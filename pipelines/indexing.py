@@ -745,7 +745,7 @@ class KnowledgeIndexer:
         unsupported = [{"source": found.files[p], "type": _type_of(p)} for p in left]
         # a partial is read by the pages that include it, never a page of its own; only a file the pipeline takes is
         # one (Docusaurus' `_category_.yml` is sidebar settings, of a type no converter takes)
-        headless = headless_folders({p: found.files[p] for p in taken})
+        headless = headless_folders(found.files)
         inside = {p for p in taken if is_partial(found.files[p], partials, headless)}
         self._partials.extend(
             {"source": found.files[p], "reason": "a partial: pages include it, it is no page"}

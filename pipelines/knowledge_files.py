@@ -52,18 +52,24 @@ _HEADLESS = re.compile(
     r"\A(?:---|\+\+\+)[ \t]*\n(?:(?!(?:---|\+\+\+)[ \t]*\n).*\n)*?headless\s*[:=]\s*true\b", re.MULTILINE
 )
 _BUNDLE_INDEX = ("index.md", "_index.md")
+_MINTLIFY_SETTINGS = ("docs.json", "mint.json")
 
 
 def headless_folders(files: dict[Path, str]) -> list[str]:
     """
-    The folders of Hugo headless bundles (Kubernetes keeps its include files in them): what they hold is read through
-    the pages that include it, never published as a page.
+    The folders whose files a site never publishes as pages, only through the pages that include them: Hugo headless
+    bundles (Kubernetes keeps its include files in them) and a Mintlify site's `snippets/` (beside its `docs.json` or
+    `mint.json`).
 
-    :param files: Files by path, with their source.
+    :param files: Files by path, with their source (all the folder's files: a site's settings file tells).
     :returns: The folders' sources, each ending with `/` ('' for the knowledge root itself).
     """
     folders = []
     for path, source in files.items():
+        if path.name in _MINTLIFY_SETTINGS:
+            site = source.rpartition("/")[0]
+            folders.append(f"{site}/snippets/" if site else "snippets/")
+            continue
         if path.name not in _BUNDLE_INDEX:
             continue
         try:

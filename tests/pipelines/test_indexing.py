@@ -522,6 +522,30 @@ class TestIncludesAndPartials:
         }
         assert page.content == "You need a cluster and kubectl.\n\nRun kubectl version."
 
+    def test_a_mintlify_sites_snippets_are_partials_its_pages_import_from_the_sites_root(self, tmp_path):
+        # Mintlify's layout: docs.json at the site's root, shared MDX in snippets/, imported as "/snippets/x.mdx"
+        site = tmp_path / "kb" / "docs"
+        (site / "snippets").mkdir(parents=True)
+        (site / "components").mkdir()
+        (site / "docs.json").write_text('{"name": "Docs"}', encoding="utf-8")
+        (site / "snippets" / "icons-optional.mdx").write_text("Set `icon` to any Font Awesome name.\n")
+        (site / "components" / "badge.mdx").write_text(
+            '---\ntitle: Badge\n---\nimport IconsOptional from "/snippets/icons-optional.mdx";\n\n'
+            "Badges label things.\n\n<IconsOptional />\n",
+            encoding="utf-8",
+        )
+        indexer = KnowledgeIndexer(Deployment.resolve(tmp_path / "data"))
+        try:
+            summary = indexer.index(tmp_path / "kb", progress=False)
+            store = indexer.collection
+            [page] = store.chunks_of(store.active_versions())
+        finally:
+            indexer.close()
+        assert (summary.indexed, summary.warnings) == (1, [])
+        assert [n["source"] for n in summary.not_indexed] == ["docs/snippets/icons-optional.mdx"]
+        assert {u["source"] for u in summary.unsupported} == {"docs/docs.json"}
+        assert page.content == "Badges label things.\n\nSet `icon` to any Font Awesome name."
+
     def test_an_edited_include_indexes_the_pages_that_include_it_and_the_partial_is_no_page(self, tmp_path):
         kb = tmp_path / "kb"
         (kb / "_common").mkdir(parents=True)
