@@ -185,14 +185,35 @@ class _Includes:
         self.unresolved: list[str] = []
         self.included: list[str] = []
 
-    def _substitute(self, line: str, depth: int = 0) -> str:
-        """A MyST substitution's value where `{{ key }}` stands (a value may use others, two levels deep)."""
+    def _substitute(self, line: str) -> str:
+        """
+        A MyST substitution's value where `{{ key }}` stands (a value may use others, two levels deep); a line whose
+        values would grow past the file cap stays as written, and is reported.
+        """
+        sizes: dict[tuple[str, int], int] = {}
 
+        def size(text: str, depth: int) -> int:  # what `text` grows to, counted before anything is built
+            total = len(text)
+            for match in _SUBSTITUTION.finditer(text):
+                found = self.substitutions.get(match.group(1))
+                if found is not None:
+                    key = (match.group(1), depth)
+                    if key not in sizes:
+                        sizes[key] = size(found, depth + 1) if depth < 2 else len(found)
+                    total += sizes[key] - len(match.group(0))
+            return total
+
+        if size(line, 0) > self.max_bytes:
+            self.unresolved.append(f"substitutions of `{line.strip()[:60]}` (over the {self.max_bytes}-byte cap)")
+            return line
+        return self._substituted(line, 0)
+
+    def _substituted(self, text: str, depth: int) -> str:
         def value(match: re.Match[str]) -> str:
             found = self.substitutions.get(match.group(1))
-            return match.group(0) if found is None else self._substitute(found, depth + 1) if depth < 2 else found
+            return match.group(0) if found is None else self._substituted(found, depth + 1) if depth < 2 else found
 
-        return _SUBSTITUTION.sub(value, line)
+        return _SUBSTITUTION.sub(value, text)
 
     def _locate(
         self, target: str, kind: str, source: str, depth: int, seen: tuple[str, ...]
@@ -415,8 +436,8 @@ def _myst_part(text: str, options: dict[str, str]) -> str:
         wanted: list[int] = []
         for piece in options["lines"].split(","):
             first, _, last = piece.strip().partition("-")
-            if first.isdigit() and (not last or last.isdigit()):
-                wanted.extend(range(int(first), int(last or first) + 1))
+            if first.isdigit() and (not last or last.isdigit()):  # bounded by the file: `1-999999999` is its end
+                wanted.extend(range(int(first), min(int(last or first), len(lines)) + 1))
         lines = [lines[n - 1] for n in wanted if 0 < n <= len(lines)]
     for key, after in (("start-after", True), ("start-at", False)):
         marker = options.get(key)

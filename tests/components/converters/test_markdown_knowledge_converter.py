@@ -351,6 +351,21 @@ class TestMarkdownKnowledgeConverter:
         segment = max((s for s in doc.meta["line_map"] if s[0] <= lines.index("end")), key=lambda s: s[0])
         assert file_lines[segment[1] + (lines.index("end") - segment[0]) - 1] == "end"
 
+    def test_hostile_myst_substitutions_and_line_ranges_stay_within_the_cap(self, tmp_path: Path):
+        # 4 KB of front matter whose values name each other would grow to 90 MB: it stays as written, reported
+        values = "    a: '" + "{{b}}" * 300 + "'\n    b: '" + "{{c}}" * 300 + "'\n    c: '" + "x" * 1000 + "'\n"
+        data = f"---\nmyst:\n  substitutions:\n{values}---\nBoom {{{{a}}}}\n".encode()
+        out = MarkdownKnowledgeConverter().run(sources=[ByteStream(data, meta={"file_path": "a.md"})])
+        [doc] = out["documents"]
+        assert doc.content == "Boom {{a}}\n"
+        assert [w["reason"] for w in out["warnings"]] == [
+            "include not resolved: substitutions of `Boom {{a}}` (over the 524288-byte cap)"
+        ]
+        (tmp_path / "x.py").write_text("one\ntwo\n")
+        (tmp_path / "p.md").write_text("```{literalinclude} x.py\n:lines: 2-999999999999\n```\n")
+        [page] = MarkdownKnowledgeConverter().run(sources=[tmp_path / "p.md"], meta={"source": "p.md"})["documents"]
+        assert page.content.startswith("```python\ntwo\n```")  # to the file's end, never a range that size
+
     def test_a_stream_without_a_path_reports_its_includes_unresolved(self):
         stream = ByteStream(b'# T\n\n{{% include "/x.md" %}}\n', meta={"source": "a.md"})
         out = MarkdownKnowledgeConverter().run(sources=[stream])
