@@ -11,7 +11,13 @@ from haystack.dataclasses import ByteStream
 from components.core.conversion import convert_each
 from components.core.file_version import file_version
 from components.core.frontmatter import MAX_FRONTMATTER_BYTES, FrontmatterError, split_frontmatter
-from components.core.markdown_text import MDX_CODE_BLOCK, closes_fence, first_heading, opening_fence
+from components.core.markdown_text import (
+    MDX_CODE_BLOCK,
+    closes_directive,
+    closes_fence,
+    first_heading,
+    opening_fence,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -246,21 +252,28 @@ class _Includes:
         self.unresolved.append(f"{target} (not found under the knowledge root)")
         return None
 
-    def _text_of(self, path: Path, target: str) -> str | None:
+    def _load(
+        self, target: str, kind: str, source: str, depth: int, seen: tuple[str, ...]
+    ) -> tuple[Path, str, str] | None:
+        """The file an include names, its source and its text, recorded as included; None (noted) when unreadable."""
+        located = self._locate(target, kind, source, depth, seen)
+        if located is None:
+            return None
+        path, name = located
         try:
-            return path.read_bytes().decode("utf-8-sig").replace("\r\n", "\n")
+            text = path.read_bytes().decode("utf-8-sig").replace("\r\n", "\n")
         except (OSError, UnicodeDecodeError) as err:
             self.unresolved.append(f"{target} ({getattr(err, 'strerror', None) or err})")
             return None
+        self.included.append(name)
+        return path, name, text
 
     def _read(self, target: str, kind: str, source: str, depth: int, seen: tuple[str, ...]) -> str | None:
         """The body of the file an include names (`kind`: `include`, `include_relative`, `code` or '' for Hugo's)."""
-        located = self._locate(target, kind, source, depth, seen)
-        text = self._text_of(located[0], target) if located else None
-        if located is None or text is None:
+        loaded = self._load(target, kind, source, depth, seen)
+        if loaded is None:
             return None
-        path, name = located
-        self.included.append(name)
+        path, name, text = loaded
         if kind == "code":  # source code: a code block, never read for front matter or includes
             return _code_block(text, _CODE_LANGUAGES.get(path.suffix, ""))
         return self._markdown(text, target, name, depth, seen)
@@ -284,12 +297,10 @@ class _Includes:
         if name == "title" or not argument:
             return ""
         target, _, part = argument.split()[0].partition(":")
-        located = self._locate(target, "include_relative", source, depth, seen)
-        text = self._text_of(located[0], target) if located else None
-        if located is None or text is None:
+        loaded = self._load(target, "include_relative", source, depth, seen)
+        if loaded is None:
             return match.group(0)
-        path, included = located
-        self.included.append(included)
+        path, included, text = loaded
         text = _mdbook_part(text, part)
         if name == "include" and not in_code and path.suffix in (".md", ".markdown"):
             return self._markdown(text, target, included, depth, seen) or ""
@@ -374,17 +385,15 @@ class _Includes:
         resolved, the directive stays for the cleaner to hide); None when it is not closed.
         """
         fence = opened.group("fence")
-        end = next((n for n in range(start + 1, len(lines)) if _closes_myst(lines[n], fence)), None)
+        end = next((n for n in range(start + 1, len(lines)) if closes_directive(lines[n], fence)), None)
         if end is None:
             return None
         options = dict(_MYST_OPTION_VALUE.findall("\n".join(lines[start + 1 : end])))
         target = opened.group("target")
-        located = self._locate(target, "", source, depth, seen)
-        text = self._text_of(located[0], target) if located else None
-        if located is None or text is None:
+        loaded = self._load(target, "", source, depth, seen)
+        if loaded is None:
             return end, None
-        path, name = located
-        self.included.append(name)
+        path, name, text = loaded
         text = _myst_part(text, options)
         if opened.group("name") == "literalinclude" or "literal" in options:
             language = options.get("language") or options.get("code") or _CODE_LANGUAGES.get(path.suffix, "")
@@ -415,13 +424,6 @@ def _substitutions(meta: dict[str, Any]) -> dict[str, str]:
     if not isinstance(given, dict):
         return {}
     return {str(k): str(v) for k, v in given.items() if isinstance(v, str | int | float)}
-
-
-def _closes_myst(line: str, fence: str) -> bool:
-    if fence[0] == ":":
-        stripped = line.strip()
-        return len(stripped) >= len(fence) and not stripped.strip(":")
-    return closes_fence(line, fence)
 
 
 def _myst_part(text: str, options: dict[str, str]) -> str:

@@ -47,6 +47,17 @@ def closes_fence(line: str, fence: str) -> bool:
     return marker[0] == fence[0] and len(marker) >= len(fence) and not rest.strip()
 
 
+def closes_directive(line: str, fence: str) -> bool:
+    """
+    Whether this line closes the MyST directive `fence` opened: a code fence's rule, or for a colon fence (`:::`) a
+    line of at least as many colons and nothing else.
+    """
+    if fence[0] == ":":
+        stripped = line.strip()
+        return len(stripped) >= len(fence) and not stripped.strip(":")
+    return closes_fence(line, fence)
+
+
 def without_code(text: str) -> str:
     """
     Markdown's prose: the text less its fenced code blocks and code spans (where any markup is an example), as a

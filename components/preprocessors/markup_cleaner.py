@@ -8,7 +8,13 @@ from typing import Any
 
 from haystack import Document, component
 
-from components.core.markdown_text import HEADING_ATTRIBUTES, MDX_CODE_BLOCK, closes_fence, opening_fence
+from components.core.markdown_text import (
+    HEADING_ATTRIBUTES,
+    MDX_CODE_BLOCK,
+    closes_directive,
+    closes_fence,
+    opening_fence,
+)
 
 #: shortcodes and Liquid blocks whose content is code: they become fenced blocks, so a `#` in them is no heading
 _CODE_SHORTCODES = ("highlight", "code", "code-toggle", "codeblock", "snippet")
@@ -265,16 +271,9 @@ class _Directive:
     yaml: bool = False  # inside a `---` block of options
 
 
-def _closes_directive(line: str, fence: str) -> bool:
-    if fence[0] == ":":
-        stripped = line.strip()
-        return len(stripped) >= len(fence) and not stripped.strip(":")
-    return closes_fence(line, fence)
-
-
 def _code_marker(fence: str, body: list[str]) -> str:
     """The fence of a code block for a directive's body: longer than any backtick fence the body holds."""
-    end = next((n for n, line in enumerate(body) if _closes_directive(line, fence)), len(body))
+    end = next((n for n, line in enumerate(body) if closes_directive(line, fence)), len(body))
     longest = max((len(m.group(1)) for line in body[:end] if (m := re.match(r"[ \t]*(`{3,})", line))), default=0)
     return "`" * max(3, longest + 1, len(fence) if fence[0] == "`" else 0)
 
@@ -324,7 +323,7 @@ def _myst(lines: list[str]) -> list[str]:
         if fence:
             fence = "" if closes_fence(line, fence) else fence
             out.append(line)
-        elif stack and _closes_directive(line, stack[-1].fence):
+        elif stack and closes_directive(line, stack[-1].fence):
             out.append(stack.pop().close)
         elif stack and (kept := _directive_line(stack[-1], line)) is not None:
             out.append(kept)

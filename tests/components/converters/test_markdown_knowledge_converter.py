@@ -9,6 +9,13 @@ from haystack.dataclasses import ByteStream
 from components.converters.markdown_knowledge_converter import MarkdownKnowledgeConverter, parse_knowledge_file
 
 
+def _file_line_of(doc, line: str, file_text: str) -> str:
+    """The file's line that the document's `line_map` says the document's line `line` came from."""
+    number = doc.content.split("\n").index(line)
+    segment = max((s for s in doc.meta["line_map"] if s[0] <= number), key=lambda s: s[0])
+    return file_text.split("\n")[segment[1] + segment[2] * (number - segment[0]) - 1]
+
+
 class TestMarkdownKnowledgeConverter:
     def test_init_defaults_and_invalid(self):
         converter = MarkdownKnowledgeConverter()
@@ -192,11 +199,7 @@ class TestMarkdownKnowledgeConverter:
         assert any("../secret.md (not found" in r for r in reasons)
         assert any("over 3 levels deep" in r or "included from itself" in r for r in reasons)
         # the included lines point at the include's line; the page's own lines at themselves
-        lines = doc.content.split("\n")
-        file_lines = page.split("\n")
-        end = lines.index("end")
-        segment = max((s for s in doc.meta["line_map"] if s[0] <= end), key=lambda s: s[0])
-        assert file_lines[segment[1] + (end - segment[0]) - 1] == "end"
+        assert _file_line_of(doc, "end", page) == "end"
 
     def test_a_site_below_the_knowledge_root_resolves_against_its_own_root(self, tmp_path: Path):
         site = tmp_path / "kb" / "hugo" / "content"
@@ -306,9 +309,7 @@ class TestMarkdownKnowledgeConverter:
             "include not resolved: ../../missing.rs (not found under the knowledge root)"
         ]
         assert doc.meta["included_files"] == ["format/arg.md", "format/file.rs"]
-        lines, file_lines = doc.content.split("\n"), page.split("\n")
-        segment = max((s for s in doc.meta["line_map"] if s[0] <= lines.index("end")), key=lambda s: s[0])
-        assert file_lines[segment[1] + (lines.index("end") - segment[0]) - 1] == "end"
+        assert _file_line_of(doc, "end", page) == "end"
 
     def test_myst_includes_show_the_part_of_the_file_their_options_name(self, tmp_path: Path):
         docs = tmp_path / "docs"
@@ -333,9 +334,7 @@ class TestMarkdownKnowledgeConverter:
         assert [w["reason"] for w in out["warnings"]] == [
             "include not resolved: ../../outside.md (not found under the knowledge root)"
         ]
-        lines, file_lines = doc.content.split("\n"), page.split("\n")
-        segment = max((s for s in doc.meta["line_map"] if s[0] <= lines.index("end")), key=lambda s: s[0])
-        assert file_lines[segment[1] + (lines.index("end") - segment[0]) - 1] == "end"
+        assert _file_line_of(doc, "end", page) == "end"
 
     def test_myst_substitutions_of_the_front_matter_fill_the_text_and_not_the_code(self):
         data = (
@@ -347,9 +346,7 @@ class TestMarkdownKnowledgeConverter:
         [doc] = out["documents"]
         assert doc.content.startswith("Set it in the sphinx `conf.py` file.\nTwo\nlines\n```\n{{ confpy }}\n```\n")
         assert "{{ unknown }} stays" in doc.content
-        lines, file_lines = doc.content.split("\n"), data.decode().split("\n")
-        segment = max((s for s in doc.meta["line_map"] if s[0] <= lines.index("end")), key=lambda s: s[0])
-        assert file_lines[segment[1] + (lines.index("end") - segment[0]) - 1] == "end"
+        assert _file_line_of(doc, "end", data.decode()) == "end"
 
     def test_hostile_myst_substitutions_and_line_ranges_stay_within_the_cap(self, tmp_path: Path):
         # 4 KB of front matter whose values name each other would grow to 90 MB: it stays as written, reported
