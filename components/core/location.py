@@ -36,3 +36,35 @@ def location_of(meta: Mapping[str, Any]) -> str:
         if span:
             return f"{one} {span[0]}" if span[0] == span[1] else f"{many} {span[0]}-{span[1]}"
     return ""
+
+
+def file_line(line_map: list[list[int]], line: int) -> int:
+    """
+    A document line's line in the file, by the converter's map.
+
+    :param line_map: Segments `[[document_line, file_line, step], ...]` (step 1: the lines follow each other in the
+        file; step 0: every line of the segment stands for one line of the file).
+    :param line: A document line (0-based).
+    :returns: Its line in the file (1-based).
+    """
+    segment = max((s for s in line_map if s[0] <= line), key=lambda s: s[0], default=[0, 1, 1])
+    return int(segment[1]) + int(segment[2]) * (line - int(segment[0]))
+
+
+def moved_line_map(line_map: list[list[int]], origins: list[int]) -> list[list[int]]:
+    """
+    The map of a document whose lines moved: its line `i` now stands for its former line `origins[i]`.
+
+    :param line_map: The document's map before (as `file_line` reads it).
+    :param origins: For each line now, the line (0-based) it was.
+    :returns: The map after, its runs of lines that follow each other in the file in one segment each.
+    """
+    segments: list[list[int]] = []
+    for number, origin in enumerate(origins):
+        line = file_line(line_map, origin)
+        if segments:
+            start, start_line, step = segments[-1]
+            if step == 1 and start_line + (number - start) == line:
+                continue
+        segments.append([number, line, 1])
+    return segments

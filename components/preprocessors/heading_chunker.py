@@ -9,6 +9,7 @@ from typing import Any
 from haystack import Document, component
 
 from components.core.citation import chunk_id
+from components.core.location import file_line
 from components.core.markdown_text import closes_fence, opening_fence, plain_heading
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
@@ -151,12 +152,6 @@ def _split_sections(
         last = body.count("\n")
         sections[-1].blocks.append(_Unit("\n".join(code), "code", last - len(code) + 1, last))
     return [s for s in sections if s.blocks]
-
-
-def _file_line(line_map: list[list[int]], line: int) -> int:
-    """A document line's line in the file, by the converter's map `[[document_line, file_line, step], ...]`."""
-    segment = max((s for s in line_map if s[0] <= line), key=lambda s: s[0], default=[0, 1, 1])
-    return int(segment[1]) + int(segment[2]) * (line - int(segment[0]))
 
 
 @component
@@ -320,7 +315,7 @@ class HeadingChunker:
         line_map = meta.get("line_map", [[0, 1, 1]] if meta.get("markup") == "text" else None)
         if not line_map or chunk.first < 0:
             return {}
-        return {"line_start": _file_line(line_map, chunk.first), "line_end": _file_line(line_map, chunk.last)}
+        return {"line_start": file_line(line_map, chunk.first), "line_end": file_line(line_map, chunk.last)}
 
     def _chunk_document(self, document: Document) -> list[Document]:
         meta = {k: v for k, v in document.meta.items() if k not in _DOCUMENT_ONLY_META}

@@ -8,6 +8,14 @@ from typing import Any
 
 from haystack import Document, component
 
+from components.core.html_table import (
+    PADDING,
+    TABLE_TAG,
+    html_tables_as_markdown,
+    take_table_lines,
+    untag_table_lines,
+)
+from components.core.location import moved_line_map
 from components.core.markdown_text import (
     HEADING_ATTRIBUTES,
     MDX_CODE_BLOCK,
@@ -452,8 +460,9 @@ def _clean_prose(text: str, closed: set[str], vue: bool = False) -> str:
         text = pattern.sub(rewrite, text)
     if vue:
         text = _VUE_INTERPOLATION.sub("", text)
-    text = _ENTITY.sub(lambda m: html.unescape(m.group(0)), text)  # after the tags: `&lt;div&gt;` is text
+    text = html_tables_as_markdown(text)  # before the tags go: a row's cells are told apart by their tags
     text = _TAG.sub(_tag_rewrite(closed), text)
+    text = _ENTITY.sub(lambda m: html.unescape(m.group(0)), text)  # after the tags: `&lt;div&gt;` is text
     return _restore_inline_code(text, spans)
 
 
@@ -462,9 +471,30 @@ def clean_markup(text: str) -> str:
     Remove the markup of documentation sites from markdown, keeping its text and its line count.
 
     :param text: A markdown body.
-    :returns: The body without comments, MDX, JSX and HTML tags, shortcodes, Liquid tags and admonition markers; code
-        blocks unchanged; every line where it was.
+    :returns: The body without comments, MDX, JSX and HTML tags, shortcodes, Liquid tags and admonition markers; HTML
+        tables as markdown tables (the lines they no longer need left blank); code blocks unchanged; every line where
+        it was.
     """
+    return untag_table_lines(_clean(_without_marks(text)))
+
+
+def clean_markup_lines(text: str) -> tuple[str, list[int] | None]:
+    """
+    Remove the markup of documentation sites from markdown, telling where each line left was.
+
+    :param text: A markdown body.
+    :returns: The body as `clean_markup` cleans it, without the lines HTML tables no longer need, and for each of its
+        lines the line of `text` (0-based) it stands for; None when every line is where it was.
+    """
+    return take_table_lines(_clean(_without_marks(text)))
+
+
+def _without_marks(text: str) -> str:
+    """The text without the control characters the table rewrite marks lines with (the knowledge cleaner drops them)."""
+    return text.replace(PADDING, "").replace(TABLE_TAG, "") if PADDING in text or TABLE_TAG in text else text
+
+
+def _clean(text: str) -> str:
     lines = _dedent_mkdocs(_fence_code_shortcodes(text).split("\n"))
     if ("{" in text or ")=" in text) and _MYST_PAGE.search(text):
         lines = _myst(lines)
@@ -521,10 +551,12 @@ class MarkupCleaner:
     or `text`: Mintlify's steps, Starlight's cards, VitePress' badges) and its indented body moves out as MDX reads
     it; a GitBook tag keeps its `title` or `date`; MyST directives keep their words (code ones become code blocks),
     their options, targets, comments and roles go; unresolved mdBook directives go; a Vue page's `{{ }}` goes;
-    character references become characters. Code shortcodes (`highlight`, `code`, `code-toggle`, Liquid's
+    character references become characters; an HTML table becomes a markdown table of whole rows (a spanned cell
+    repeated in each row it covers), and the lines it no longer needs leave the text with the document's `line_map`
+    moved to match. Code shortcodes (`highlight`, `code`, `code-toggle`, Liquid's
     `highlight`) become fenced blocks; fenced code and inline code are never changed, except Docusaurus'
     `mdx-code-block` fences, which hold MDX the site renders: the fences go and their content is cleaned as prose. Every
-    removed piece leaves its line breaks, so a chunk's line range still points into the file. Only documents whose
+    other removed piece leaves its line breaks, so a chunk's line range still points into the file. Only documents whose
     `markup` meta is one of `markups` are cleaned (the converters set it; Haystack's own leave it unset: their HTML
     comes out as clean markdown, their text is text).
 
@@ -567,6 +599,11 @@ class MarkupCleaner:
             if doc.meta.get("markup") not in markups or not doc.content:
                 cleaned.append(doc)
                 continue
-            text = clean_markup(doc.content)
-            cleaned.append(doc if text == doc.content else replace(doc, content=text))
+            text, origins = clean_markup_lines(doc.content)
+            meta = doc.meta
+            if origins is not None and doc.meta.get("line_map"):  # a table took fewer lines: the map follows them
+                meta = {**doc.meta, "line_map": moved_line_map(doc.meta["line_map"], origins)}
+            elif origins is not None:  # no map to carry the move: every line stays where it was
+                text = clean_markup(doc.content)
+            cleaned.append(doc if text == doc.content else replace(doc, content=text, meta=meta))
         return {"documents": cleaned}

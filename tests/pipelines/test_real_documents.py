@@ -71,6 +71,7 @@ def build_knowledge(root: Path) -> Path:
     shutil.copytree(FIXTURES / "vitepress" / "docs", root / "vitepress")
     shutil.copytree(FIXTURES / "starlight" / "docs" / "src" / "content" / "docs", root / "starlight")
     shutil.copytree(FIXTURES / "mintlify", root / "mintlify", ignore=shutil.ignore_patterns("LICENSE", "SOURCES.md"))
+    shutil.copytree(FIXTURES / "gitlab" / "handbook", root / "gitlab")
     for kind, pattern in (("pdf", "*.pdf"), ("docx", "*.docx"), ("html", "*.html"), ("text", "doc/*.txt")):
         (root / "manuals").mkdir(exist_ok=True)
         for path in (FIXTURES / kind).glob(pattern):
@@ -309,6 +310,22 @@ class TestRealDocumentation:
             assert rows[0] == header
             assert all(row.rstrip().endswith("|") for row in rows)
 
+    def test_an_html_table_in_markdown_is_a_table_of_whole_rows(self, indexed, chunks):
+        # the GitLab handbook writes its competency tables in HTML, a cell per line, with cells spanning rows
+        knowledge, _, _ = indexed
+        page = sorted(_of(chunks, "gitlab/values/_index.md"), key=lambda c: c.meta.get("line_start", 0))
+        tables = [c for c in page if c.meta["breadcrumb"].endswith("Collaboration Competency") and "|" in c.content]
+        rows = [line for c in tables for line in c.content.split("\n") if line.startswith("| ")]
+        header = "| GitLab Job Grade | Demonstrates Collaboration Competency by… | Knowledge Assessment |"
+        assert rows[0] == header and all(c.content.count(header) == 1 for c in tables)
+        grades = [row.split(" | ")[0].removeprefix("| ") for row in rows if row != header]
+        assert grades == ["5", "6", "7", "8", "9", "10", "11", "12", "14"]  # every row once, none cut
+        assert all(row.count(" | ") == 2 for row in rows)  # a spanned cell fills the rows it covers
+        assert rows[-1].endswith("| Knowledge Assessment for People Leaders |")
+        assert not any(re.search(r"</?t[dhr]\b", c.content) for c in page)
+        lines = (knowledge / "gitlab/values/_index.md").read_text(encoding="utf-8").split("\n")
+        assert all("<t" in "\n".join(lines[c.meta["line_start"] - 1 : c.meta["line_end"]]) for c in tables)
+
     @pytest.mark.parametrize(
         ("question", "source"),
         [
@@ -332,6 +349,7 @@ class TestRealDocumentation:
             ("How do I give a MyST admonition a title of my own?", "myst/syntax/admonitions.md"),
             ("Which Vite plugin hook replaces handleHotUpdate?", "vitepress/changes/hotupdate-hook.md"),
             ("How is a Dedicated CSM different from Advanced Slack Support?", "mintlify/advanced-support.mdx"),
+            ("What collaboration is expected of a grade 8 team member at GitLab?", "gitlab/values/_index.md"),
             (
                 "How can several Docusaurus pages reuse the same piece of markdown?",
                 "docusaurus/guides/markdown-features/markdown-features-react.mdx",

@@ -242,6 +242,51 @@ class TestMarkupCleaner:
         assert clean_markup(text) == "Array<SidebarLink> and\xa0R&D — `&lt;kept&gt;`\n```\n&amp;\n```\nAT&T stays"
         # an HTML code element is code: Jekyll's docs show their own tags so
         assert clean_markup("place <code>{&#37; raw &#37;}</code> tags") == "place `{% raw %}` tags"
+        # a reference to a tag is the tag's text, not a tag (the GitLab handbook's `[Search &lt;your domain&gt;]`)
+        assert clean_markup("wrap it in &lt;div&gt; or &lt;Tabs&gt;") == "wrap it in <div> or <Tabs>"
+
+    def test_an_html_table_becomes_a_markdown_table_in_its_own_lines(self):
+        # as the GitLab handbook writes them: a cell per line, a rowspan, a link in a header cell
+        text = (
+            'Grades:\n\n<table class="tg">\n  <tr>\n    <th><a href="/grades">Job Grade</a></th>\n'
+            "    <th>Demonstrates</th>\n    <th>Assessment<br></th>\n  </tr>\n  <tr>\n    <td>5</td>\n"
+            '    <td>Tries &amp; fails</td>\n    <td rowspan="2">IC form</td>\n  </tr>\n  <tr>\n    <td>6</td>\n'
+            "    <td>Iterates</td>\n  </tr>\n</table>\nAfter."
+        )
+        out = clean_markup(text)
+        assert out.count("\n") == text.count("\n")
+        assert out.split("\n")[:6] == [
+            "Grades:",
+            "",
+            "| Job Grade | Demonstrates | Assessment |",
+            "|---|---|---|",
+            "| 5 | Tries & fails | IC form |",
+            "| 6 | Iterates | IC form |",
+        ]
+        assert out.split("\n")[6:-1] == [""] * (text.count("\n") - 6) and out.endswith("\nAfter.")
+
+    def test_a_table_that_takes_fewer_lines_moves_the_documents_line_map_with_it(self):
+        body = "# T\n<table>\n<tr>\n<th>A</th>\n</tr>\n<tr>\n<td>1</td>\n</tr>\n</table>\n\nEnd"
+        page = Document(content=body, meta={"source": "t.md", "markup": "markdown", "line_map": [[0, 4, 1]]})
+        out = MarkupCleaner().run(documents=[page])["documents"][0]
+        assert out.content == "# T\n\n| A |\n|---|\n| 1 |\n\nEnd"
+        # the body starts at the file's line 4; the header stands for `<table>` (line 5), a row for its `</tr>`
+        assert out.meta["line_map"] == [[0, 4, 1], [2, 5, 1], [3, 8, 1], [4, 11, 1], [5, 13, 1]]
+        assert page.meta["line_map"] == [[0, 4, 1]] and page.content == body
+        without_map = MarkupCleaner().run(documents=[Document(content=body, meta={"markup": "markdown"})])
+        assert without_map["documents"][0].content == clean_markup(body)
+        assert clean_markup(body).count("\n") == body.count("\n")
+
+    def test_a_table_on_one_line_keeps_its_cells_apart(self):
+        # as GitBook writes them: the whole table on one line; its hidden columns (a card's link target) go
+        text = (
+            '<table><thead><tr><th width="269">Action</th><th>Mac</th><th data-hidden></th></tr></thead><tbody>'
+            "<tr><td>Paragraph</td><td><kbd>⌘</kbd> + <kbd>0</kbd></td><td>x.md</td></tr></tbody></table>"
+        )
+        assert clean_markup(text) == "Action | Mac; Paragraph | ⌘ + 0"
+        assert clean_markup("see <table><tr><td>a</td><td>b</td></tr>\n<tr><td>c</td></tr></table> here") == (
+            "see a | b\nc here"
+        )
 
     def test_an_unclosed_comment_hides_the_rest_but_keeps_the_lines(self):
         assert clean_markup("text\n<!-- open\n# not a heading\n") == "text\n\n\n"
