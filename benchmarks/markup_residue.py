@@ -3,12 +3,12 @@
     python benchmarks/markup_residue.py path/to/site/docs [--pipeline pipelines/indexing.yaml]
 
 runs the shipped indexing pipeline's markdown converter, markup cleaner, metadata, cleaner and chunker (no embedding,
-no store: seconds, not minutes) over the folder's `.md` and `.mdx` pages, the partials left out as `index` leaves
-them, and prints one JSON line: pages, chunks, unresolved includes, titles still holding a heading anchor, and per
-residue pattern the chunks whose text outside code matches it. Run it on a checkout before and after a change to the
-cleaning to see what the change did to a site. `--chunks FILE` also writes every chunk's source, index, title,
-breadcrumb, lines and a hash of its text: two checkouts' files are equal exactly when they chunk the folder alike
-(what an embedding sees), so a change that leaves an evaluation set's file equal cannot move its `eval` figures.
+no store: seconds, not minutes) over the folder's `.md` and `.mdx` pages, the partials and included pages left out as
+`index` leaves them, and prints one JSON line: pages, chunks, unresolved includes, titles still holding a heading
+anchor, and per residue pattern the chunks whose text outside code matches it. Run it on a checkout before and after a
+change to the cleaning to see what the change did to a site. `--chunks FILE` also writes every chunk's source, index,
+title, breadcrumb, lines and a hash of its text: two checkouts' files are equal exactly when they chunk the folder
+alike (what an embedding sees), so a change that leaves an evaluation set's file equal cannot move its `eval` figures.
 """
 
 from __future__ import annotations
@@ -28,7 +28,13 @@ from haystack.core.serialization import component_from_dict
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from components.core.markdown_text import without_code
-from pipelines.knowledge_files import DEFAULT_PARTIAL_FOLDERS, find_knowledge_files, headless_folders, is_partial
+from pipelines.knowledge_files import (
+    DEFAULT_PARTIAL_FOLDERS,
+    find_knowledge_files,
+    headless_folders,
+    included_pages,
+    is_partial,
+)
 from pipelines.settings import DEFAULT_INDEXING_PIPELINE
 
 #: markup that no chunk should carry outside code
@@ -66,7 +72,9 @@ def residue(folder: Path, pipeline: Path, chunks_file: Path | None = None) -> di
     converted = _component(spec["components"], "markdown").run(
         sources=list(pages), meta=[{"source": s} for s in pages.values()]
     )
-    documents = converted["documents"]
+    includes = {str(d.meta["source"]): list(d.meta.get("included_files") or []) for d in converted["documents"]}
+    shown_by = included_pages(includes)  # as `index` leaves them out: their text is the including page's
+    documents = [d for d in converted["documents"] if d.meta["source"] not in shown_by]
     for step in _STEPS:
         documents = _component(spec["components"], step).run(documents=documents)["documents"]
     counts = dict.fromkeys(PATTERNS, 0)
@@ -90,7 +98,8 @@ def residue(folder: Path, pipeline: Path, chunks_file: Path | None = None) -> di
         chunks_file.write_text(json.dumps(sorted(rows, key=lambda r: (r[0], r[1])), ensure_ascii=False), "utf-8")
     titles = {c.meta["source"]: str(c.meta.get("title", "")) for c in documents}
     return {
-        "pages": len(pages),
+        "pages": len(pages) - len(shown_by),
+        "included pages": len(shown_by),
         "chunks": len(documents),
         "failures": len(converted["failures"]),
         "unresolved includes": len(converted["warnings"]),

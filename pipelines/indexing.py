@@ -23,6 +23,7 @@ from filelock import FileLock, Timeout
 from haystack import Document, Pipeline, logging
 from tqdm import tqdm
 
+from components.converters.markdown_knowledge_converter import MarkdownKnowledgeConverter
 from components.core.atomic_file import write_atomically
 from components.core.embedding_backends import SUPPORTED_MODELS, model_dimension
 from components.core.file_version import file_version_of
@@ -32,7 +33,13 @@ from components.store.knowledge_store import KnowledgeStore
 from components.store.lexical import Bm25ChunkIndex
 from components.store.schema import CROSSLINGUAL_META_KEY
 from components.store.vector_table import VectorTable
-from pipelines.knowledge_files import DEFAULT_PARTIAL_FOLDERS, find_knowledge_files, headless_folders, is_partial
+from pipelines.knowledge_files import (
+    DEFAULT_PARTIAL_FOLDERS,
+    find_knowledge_files,
+    headless_folders,
+    included_pages,
+    is_partial,
+)
 from pipelines.loading import load_pipeline_file
 from pipelines.settings import ALLOWED_MODULES, DEFAULT_INDEXING_PIPELINE, Deployment, lite_file_in
 
@@ -146,6 +153,10 @@ def _size_on_disk(paths: list[Path]) -> int:
         with contextlib.suppress(OSError):  # gone since it was listed: the run reports it
             size += path.stat().st_size
     return size
+
+
+#: the files the include scan reads: those the markdown converter takes
+_MARKDOWN_SUFFIXES = (".md", ".mdx", ".markdown")
 
 
 class _IncludedVersions:
@@ -679,6 +690,7 @@ class KnowledgeIndexer:
         self._included = _IncludedVersions(root)
         sources, unusable, unsupported = self._discover(root)
         versions = self._versions(sources, unusable)
+        sources = self._without_included_pages(sources, versions, old)
         files = [*sources, *(f["source"] for f in unusable if f["source"] and not f["source"].endswith("/"))]
         todo = [
             p
@@ -758,6 +770,38 @@ class KnowledgeIndexer:
         foreign_sources = {p.relative_to(root).as_posix() for p in foreign}
         unusable = [f for f in found.unusable if f["source"] not in foreign_sources]
         return {p: found.files[p] for p in taken}, unusable, unsupported
+
+    def _without_included_pages(
+        self, sources: dict[Path, str], versions: dict[str, str], old: dict[str, IndexedDocument]
+    ) -> dict[Path, str]:
+        """
+        The files without the markdown pages other pages include (`included_pages`), which are listed as not indexed
+        with the page that shows them. What a page includes is what it included when it was indexed, if neither it
+        nor its includes changed since; else the pipeline's markdown converter reads it again
+        (`MarkdownKnowledgeConverter.included_files`; without one in the pipeline, every page stays a page).
+        """
+        converter = next((c for _, c in self.pipeline.walk() if isinstance(c, MarkdownKnowledgeConverter)), None)
+        if converter is None:
+            return sources
+        includes: dict[str, list[str]] = {}
+        fresh: list[Path] = []
+        for path, source in sources.items():
+            if path.suffix.lower() not in _MARKDOWN_SUFFIXES or source not in versions:
+                continue
+            entry = old.get(source)
+            if entry is not None and entry.doc_version == versions[source] and not self._included.changed(entry):
+                includes[source] = list(entry.includes)
+            else:
+                includes[source] = []
+                fresh.append(path)
+        meta = [{"source": sources[p], "doc_version": versions[sources[p]]} for p in fresh]
+        includes.update(converter.included_files(fresh, meta))
+        shown_by = included_pages(includes, set(sources.values()))
+        self._partials.extend(
+            {"source": name, "reason": f"included by {page}: its text is indexed there"}
+            for name, page in sorted(shown_by.items())
+        )
+        return {path: source for path, source in sources.items() if source not in shown_by}
 
     def _versions(self, sources: dict[Path, str], unusable: list[dict[str, str]]) -> dict[str, str]:
         """Each file's version, hashed a block at a time (a file over `max_file_bytes`, or unreadable: `unusable`)."""

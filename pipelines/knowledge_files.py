@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,6 +101,31 @@ def is_partial(source: str, partial_folders: list[str], headless: list[str] | No
         or any(source.startswith(folder) for folder in headless or [])
         or (name.startswith("_") and not name.startswith("_index."))
     )
+
+
+def included_pages(includes: dict[str, list[str]], files: Collection[str] | None = None) -> dict[str, str]:
+    """
+    The pages that other pages include, each with a page that includes it: a site shows their text only there (an
+    mdBook chapter's `{{#include ../cli/arg-watcher.md}}`, a MyST page's `{include}` of a snippet, a Sphinx `.txt`).
+
+    Only a page that no other page includes counts as including: files that only include each other stay pages, so
+    no text is lost to a cycle.
+
+    :param includes: For each page (its source), the sources of the files it includes, its includes' includes too.
+    :param files: The knowledge files that would be indexed on their own (a literal include's `.txt` too); default:
+        the pages of `includes`.
+    :returns: For each included file, the first (by source) of the pages that include it.
+    """
+    candidates = set(includes) if files is None else set(files)
+    included = {name for page, names in includes.items() for name in names if name != page}
+    by: dict[str, str] = {}
+    for page in sorted(includes):
+        if page in included:
+            continue
+        for name in includes[page]:
+            if name != page and name in candidates:
+                by.setdefault(name, page)
+    return by
 
 
 def find_knowledge_files(root: Path) -> KnowledgeFiles:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import ast
 import contextlib
 import re
 from pathlib import Path
@@ -426,6 +427,49 @@ def _substitutions(meta: dict[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in given.items() if isinstance(v, str | int | float)}
 
 
+#: a Sphinx configuration larger than this is not read for substitutions (a real one is a few kilobytes)
+_MAX_CONF_BYTES = 256 * 1024
+
+
+def _conf_substitutions(page: Path, root: Path) -> tuple[str, dict[str, str]] | None:
+    """
+    The `myst_substitutions` of the Sphinx `conf.py` nearest above a page, under the knowledge root: the site's own
+    substitutions, which a page's front matter may override. The file is parsed, never run: only a literal value of
+    the name at its top level counts.
+
+    :returns: The configuration's source and its substitutions, or None without one (or one that cannot be read).
+    """
+    folder = page.parent
+    while folder.is_relative_to(root):
+        conf = folder / "conf.py"
+        if conf.is_file():
+            found = _read_conf_substitutions(conf)
+            return (conf.relative_to(root).as_posix(), found) if found else None
+        if folder == root:
+            return None
+        folder = folder.parent
+    return None
+
+
+def _read_conf_substitutions(conf: Path) -> dict[str, str]:
+    try:
+        if conf.stat().st_size > _MAX_CONF_BYTES:
+            return {}
+        tree = ast.parse(conf.read_bytes())
+        values = [
+            node.value
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "myst_substitutions" for t in node.targets)
+        ]
+        given = ast.literal_eval(values[-1]) if values else None
+    except (OSError, SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
+        return {}
+    if not isinstance(given, dict):
+        return {}
+    return {str(k): str(v) for k, v in given.items() if isinstance(v, str | int | float)}
+
+
 def _myst_part(text: str, options: dict[str, str]) -> str:
     """
     The part of a file a MyST include's options name: `start-line`/`end-line` (Python slices), `lines` (`1,3,5-7`,
@@ -507,7 +551,9 @@ class MarkdownKnowledgeConverter:
     the file they name (FastAPI's `{* file.py *}` lines and Hugo's `codenew`/`code_sample` examples by the file as a
     code block) when it lies under the
     knowledge root (a site's root may be a folder below it); an include the
-    converter cannot resolve is reported in `warnings` (and the markup cleaner drops it). `line_map` says which line
+    converter cannot resolve is reported in `warnings` (and the markup cleaner drops it). MyST substitutions
+    (`{{ key }}`) come from the front matter and from the `myst_substitutions` of the nearest Sphinx `conf.py` above
+    the page (parsed for a literal value, never run; listed in `included_files`). `line_map` says which line
     of the file each line of the content is, for the chunks' line ranges.
     Each file's `source` (its path relative to the knowledge root) and `doc_version` come with its `meta` (the indexer
     gives both; without them the source is the file name and the version the hash of the bytes). A file that cannot
@@ -574,6 +620,9 @@ class MarkdownKnowledgeConverter:
         """The document with its include shortcodes resolved; `unresolved_includes` names those that were not."""
         body = document.content or ""
         substitutions = _substitutions(document.meta)
+        conf = _conf_substitutions(root / str(document.meta["source"]), root) if root and "{{" in body else None
+        if conf is not None:  # the site's, under the page's own
+            substitutions = {**conf[1], **substitutions}
         if not (
             _INCLUDE.search(body)
             or _MDX_PARTIAL.search(body)
@@ -585,6 +634,8 @@ class MarkdownKnowledgeConverter:
         caps = (self.max_frontmatter_bytes, self.max_frontmatter_aliases)
         includes = _Includes(root, str(document.meta["source"]), self.max_file_bytes, caps, substitutions)
         text, origin = includes.expand(body, str(document.meta["source"]))
+        if conf is not None and text != body:  # the configuration is read like an include: its edits re-index the page
+            includes.included.append(conf[0])
         meta = dict(document.meta)
         meta["line_map"] = _line_map(origin, int(meta["line_map"][0][1]))
         if includes.included:
@@ -592,6 +643,37 @@ class MarkdownKnowledgeConverter:
         if includes.unresolved:
             meta["unresolved_includes"] = includes.unresolved
         return Document(content=text, meta=meta)
+
+    def included_files(self, sources: list[Path], meta: list[dict[str, Any]]) -> dict[str, list[str]]:
+        """
+        What each file includes (its includes' includes too), without the documents: a file whose text names no
+        include nor substitution is not parsed at all, so telling a knowledge folder's included pages costs little.
+
+        :param sources: File paths.
+        :param meta: One dict per source, with its `source` (the path relative to the knowledge root).
+        :returns: For each file that could be read, its source and the sources it includes (none for a file that
+            cannot be converted: the run reports it).
+        """
+        found: dict[str, list[str]] = {}
+        for path, info in zip(sources, meta, strict=True):
+            name = str(info["source"])
+            try:
+                if path.stat().st_size > self.max_file_bytes:
+                    continue
+                text = path.read_bytes().decode("utf-8", errors="replace")
+            except OSError:
+                continue
+            if not any(p.search(text) for p in (_INCLUDE, _MDX_PARTIAL, _MDBOOK_ANY, _MYST_INCLUDE_ANY)) and (
+                "{{" not in text
+            ):
+                found[name] = []
+                continue
+            try:
+                document = self._convert(path, info)
+            except (OSError, KnowledgeFileError):
+                continue
+            found[name] = [str(n) for n in document.meta.get("included_files") or []]
+        return found
 
     @component.output_types(documents=list[Document], failures=list[dict[str, str]], warnings=list[dict[str, str]])
     def run(

@@ -26,6 +26,9 @@ _ROW_END = re.compile(r"</tr\s*>", re.IGNORECASE)
 #: own text cannot hold here (`take_table_lines`' caller removes them first)
 TABLE_TAG = "\x02"
 PADDING = "\x01"
+#: a line that takes no line's place: it stands for the same source line as the line before it (a code block's fence
+#: that `html_pre` adds where the code shares its line with a tag)
+INSERTED = "\x03"
 _TAGGED = re.compile(r"\x02(-?\d+)\x02")
 
 
@@ -208,35 +211,47 @@ def take_table_lines(text: str) -> tuple[str, list[int] | None]:
     """
     Drop the lines rewritten tables no longer need and tell where every line left was.
 
-    :param text: Text whose tables `html_tables_as_markdown` rewrote (with every other line where it was).
-    :returns: The text, and for each of its lines the line (0-based) of the input it stands for; None when no table
-        was rewritten into fewer lines (the text is then unchanged).
+    :param text: Text whose tables `html_tables_as_markdown` rewrote (with every other line where it was), and
+        maybe lines marked `INSERTED`.
+    :returns: The text, and for each of its lines the line (0-based) of the input it stands for (an inserted line
+        the one the line before it stands for); None when no line was marked (the text is then unchanged).
     """
-    if PADDING not in text and TABLE_TAG not in text:
+    if PADDING not in text and TABLE_TAG not in text and INSERTED not in text:
         return text, None
     kept: list[str] = []
     origins: list[int] = []
+    inserted = 0
+    origin = 0
     for number, line in enumerate(text.split("\n")):
-        if line == PADDING:
+        if line.startswith(INSERTED):
+            kept.append(line[1:])
+            origins.append(origin)
+            inserted += 1
             continue
         tagged = _TAGGED.match(line)
+        origin = number - inserted + (int(tagged.group(1)) if tagged else 0)
+        if line == PADDING:
+            continue
         kept.append(line[tagged.end() :] if tagged else line)
-        origins.append(number + int(tagged.group(1)) if tagged else number)
+        origins.append(origin)
     return "\n".join(kept), origins
 
 
 def untag_table_lines(text: str) -> str:
     """
-    The text with the lines rewritten tables no longer need left blank and their tags gone: every line where it was.
+    The text with the lines rewritten tables no longer need left blank and their tags gone: every line where it was,
+    but for the lines marked `INSERTED`, which are kept (unmarked) after the line they follow.
 
     :param text: Text whose tables `html_tables_as_markdown` rewrote.
-    :returns: The text, its line count unchanged.
+    :returns: The text.
     """
-    if PADDING not in text and TABLE_TAG not in text:
+    if PADDING not in text and TABLE_TAG not in text and INSERTED not in text:
         return text
     return "\n".join("" if line == PADDING else _untagged(line) for line in text.split("\n"))
 
 
 def _untagged(line: str) -> str:
+    if line.startswith(INSERTED):
+        return line[1:]
     tagged = _TAGGED.match(line)
     return line[tagged.end() :] if tagged else line

@@ -8,13 +8,16 @@ from typing import Any
 
 from haystack import Document, component
 
+from components.core.html_pre import PRE_OPEN, closing_lines, fenced_pre_block
 from components.core.html_table import (
+    INSERTED,
     PADDING,
     TABLE_TAG,
     html_tables_as_markdown,
     take_table_lines,
     untag_table_lines,
 )
+from components.core.jsx_expressions import jsx_attribute_values_as_words, without_mdx_exports
 from components.core.location import moved_line_map
 from components.core.markdown_text import (
     HEADING_ATTRIBUTES,
@@ -48,8 +51,6 @@ _MDX_IMPORT = re.compile(
     re.MULTILINE,
 )
 
-#: an MDX export statement, which (like an import) runs on to the next blank line: `export const X = () => (` ... `);`
-_MDX_EXPORT = re.compile(r"^export\s+(?:const|default|function|let|var)\b(?:[^\n]|\n(?![ \t]*\n))*", re.MULTILINE)
 _HUGO = re.compile(r"\{\{[<%]-?\s*/?\*?.*?\*?/?\s*-?[>%]\}\}", re.DOTALL)
 _HUGO_NAME = re.compile(r"\{\{[<%]-?\s*([\w-]+)")
 _HUGO_PARAM = re.compile(r"""(\w+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
@@ -101,8 +102,11 @@ _COMPONENT_WORDS = re.compile(
 #: what a Liquid tag shows as words: GitBook's `{% tab title="HTTP" %}`, `{% code title="index.js" %}`,
 #: `{% update date="2025-12-18" %}`
 _LIQUID_WORDS = re.compile(r"""\b(?:title|date)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
-#: an HTML code element on one line, without other tags in it
-_HTML_CODE = re.compile(r"<code>([^<>\n`]+)</code>")
+#: an HTML code element on one line (Starlight links the types in it: `<code>Array&lt;<a href="#x">X</a>&gt;</code>`)
+_HTML_CODE = re.compile(r"<code(?:\s[^<>\n]*)?>((?:(?!</code>)[^\n`])+)</code>")
+_INNER_TAG = re.compile(r"<[^<>\n]*>")
+#: parentheses holding nothing but tags (`an eyeball icon (<i class="fa fa-eye"></i>)`), the space before them too
+_TAGS_IN_PARENTHESES = re.compile(r"[ \t]?\(\s*((?:<[^<>\n]*>\s*)+)\)")
 #: a character reference (`&#x20;`, `&lt;`, `&nbsp;`), which the page shows as its character
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 #: a JSX component's opening or closing tag on a line of its own, whose body MDX reads as markdown
@@ -116,12 +120,20 @@ _VUE_PAGE = re.compile(r"<script\s+setup\b|<template\b")
 _SCRIPT = re.compile(r"<(script|style|head)\b[^>]*>.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
 #: Docusaurus admonitions: `:::tip`, `:::tip Title`, `:::tip[Title]`, with attributes after them (`{.padding--lg}`)
 _DOCUSAURUS = re.compile(
-    r"^[ \t]*:::+[ \t]*(?:[\w-]+)?(?:[ \t]*\[([^\]\n]*)\]|[ \t]+([^{\n]*?))?(?:[ \t]*\{[^}\n]*\})?[ \t]*$",
+    r"^[ \t]*:::+[ \t]*(?P<kind>[\w-]+)?(?:[ \t]*\[(?P<bracketed>[^\]\n]*)\]|[ \t]+(?P<title>[^{\n]*?))?"
+    r"(?:[ \t]*\{[^}\n]*\})?[ \t]*$",
     re.MULTILINE,
+)
+#: the kinds of aside whose marker without a title shows the kind as its title (`:::tip` shows "Tip")
+_ASIDE_KINDS = frozenset(
+    (
+        *("note", "tip", "info", "warning", "danger", "caution", "important", "success", "question", "failure"),
+        *("bug", "example", "quote", "abstract", "attention", "hint", "error", "seealso", "todo"),
+    )
 )
 #: MkDocs admonitions (`!!! note "Title"`, `??? tip`, with modifiers such as `inline end`) and Material's content tabs
 _MKDOCS = re.compile(
-    r"^(?P<indent>[ \t]*)(?:(?:!!!|\?\?\?\+?)[ \t]+[\w-]+(?:[ \t]+[\w-]+)*|===\+?)"
+    r"^(?P<indent>[ \t]*)(?:(?:!!!|\?\?\?\+?)[ \t]+(?P<kind>[\w-]+)(?:[ \t]+[\w-]+)*|===\+?)"
     r'(?:[ \t]+"(?P<title>[^"\n]*)")?[ \t]*$'
 )
 #: reference-style links: `[text][ref]` and `[text][]` keep their text, `[ref]: url` definitions go
@@ -130,7 +142,7 @@ _LINK_DEFINITION = re.compile(
     r"^[ ]{0,3}\[[^\[\]\n]+\]:[ \t]+\S+(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*$", re.MULTILINE
 )
 _GITHUB_ALERT = re.compile(
-    r"^(>[ \t]*)\[!(?:note|tip|important|warning|caution)\][ \t]*$", re.MULTILINE | re.IGNORECASE
+    r"^(?P<quote>>[ \t]*)\[!(?P<kind>note|tip|important|warning|caution)\][ \t]*$", re.MULTILINE | re.IGNORECASE
 )
 
 
@@ -235,13 +247,26 @@ def _liquid_words(match: re.Match[str]) -> str:
     return (next((g for g in shown.groups() if g), "") if shown else "") + _blank(match)
 
 
+def _aside_title(kind: str | None, title: str | None) -> str:
+    """
+    The title an aside shows: its own (an empty `""` shows none), else its kind's for an untitled admonition (`:::tip`
+    shows "Tip"); a closing marker, a tab or another block shows nothing.
+    """
+    if title is not None:
+        return title.strip()
+    return kind.capitalize() if kind and kind.lower() in _ASIDE_KINDS else ""
+
+
 def _title(match: re.Match[str]) -> str:
-    return next((g for g in match.groups() if g), "").strip()
+    """A Docusaurus admonition's title (`:::tip[Title]`, `:::tip Title`, else "Tip")."""
+    title = match.group("bracketed") if match.group("bracketed") is not None else match.group("title")
+    return _aside_title(match.group("kind"), title)
 
 
 def _block_title(match: re.Match[str]) -> str:
     """A pymdownx block's title; an `html` block's argument is a tag (`/// html | div.note`), no title."""
-    return "" if (match.group("kind") or "").lower() == "html" else (match.group("title") or "").strip()
+    kind = match.group("kind")
+    return "" if (kind or "").lower() == "html" else _aside_title(kind, match.group("title"))
 
 
 def _in_comment_after(line: str, comment: bool) -> bool:
@@ -393,7 +418,7 @@ def _dedent_mkdocs(lines: list[str]) -> list[str]:
     for line in lines:
         marker = _MKDOCS.match(line)
         if marker:
-            out.append(marker.group("indent") + (marker.group("title") or "").strip())
+            out.append(marker.group("indent") + _aside_title(marker.group("kind"), marker.group("title")))
             inside = inside or not marker.group("indent")
             continue
         if inside and (line.startswith("    ") or line.startswith("\t") or not line.strip()):
@@ -418,13 +443,16 @@ def _restore_inline_code(text: str, spans: list[str]) -> str:
     return re.sub(r"\x00(\d+)\x00", lambda m: spans[int(m.group(1))], text)
 
 
-#: the rewrites of prose, in order: comments first (they may hold any of the others); tags after these
-_PROSE: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
+_Rewrites = list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]
+#: the first rewrites of prose: comments (they may hold any of the others), scripts and imports; then MDX exports and
+#: JSX-valued attributes are read by their brackets (`jsx_expressions`), then `_PROSE`; tags after these
+_PROSE_FIRST: _Rewrites = [
     (_COMMENT, _blank),
     (_MDX_COMMENT, _blank),
     (_SCRIPT, _blank),
     (_MDX_IMPORT, _blank),
-    (_MDX_EXPORT, _blank),
+]
+_PROSE: _Rewrites = [
     (_HUGO, _hugo_words),
     (_LIQUID, _liquid_words),
     (_SNIPPET, _blank),
@@ -432,7 +460,7 @@ _PROSE: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
     (_MDBOOK, _blank),
     (_DOCUSAURUS, _title),
     (_PYMDOWNX_BLOCK, _block_title),
-    (_GITHUB_ALERT, lambda m: m.group(1)),
+    (_GITHUB_ALERT, lambda m: m.group("quote") + m.group("kind").capitalize()),
     (_EMPTY_LINK, lambda m: m.group(1)),
     (_HEADING_ID, lambda m: m.group(1)),
     (_LINK_DEFINITION, _blank),
@@ -445,7 +473,7 @@ def _code_span(match: re.Match[str], vue: bool) -> str:
     An HTML `<code>` element as the code span it shows (`<code>{&#37; raw &#37;}</code>` -> `{% raw %}`); on a Vue
     page its `{{ }}` is live data.
     """
-    code = html.unescape(match.group(1))
+    code = html.unescape(_INNER_TAG.sub("", match.group(1)))
     code = _VUE_INTERPOLATION.sub("", code).strip() if vue else code
     if not code:
         return ""
@@ -456,12 +484,17 @@ def _code_span(match: re.Match[str], vue: bool) -> str:
 def _clean_prose(text: str, closed: set[str], vue: bool = False) -> str:
     text = _HTML_CODE.sub(lambda m: _code_span(m, vue), _MYST_ROLE.sub(_role_words, text))  # roles: code spans
     text, spans = _protect_inline_code(text)
+    for pattern, rewrite in _PROSE_FIRST:
+        text = pattern.sub(rewrite, text)
+    text = jsx_attribute_values_as_words(without_mdx_exports(text))
     for pattern, rewrite in _PROSE:
         text = pattern.sub(rewrite, text)
     if vue:
         text = _VUE_INTERPOLATION.sub("", text)
     text = html_tables_as_markdown(text)  # before the tags go: a row's cells are told apart by their tags
-    text = _TAG.sub(_tag_rewrite(closed), text)
+    rewrite_tag = _tag_rewrite(closed)
+    text = _TAGS_IN_PARENTHESES.sub(lambda m: m.group(0) if _TAG.sub(rewrite_tag, m.group(1)).strip() else "", text)
+    text = _TAG.sub(rewrite_tag, text)
     text = _ENTITY.sub(lambda m: html.unescape(m.group(0)), text)  # after the tags: `&lt;div&gt;` is text
     return _restore_inline_code(text, spans)
 
@@ -491,7 +524,8 @@ def clean_markup_lines(text: str) -> tuple[str, list[int] | None]:
 
 def _without_marks(text: str) -> str:
     """The text without the control characters the table rewrite marks lines with (the knowledge cleaner drops them)."""
-    return text.replace(PADDING, "").replace(TABLE_TAG, "") if PADDING in text or TABLE_TAG in text else text
+    marks = (PADDING, TABLE_TAG, INSERTED)
+    return re.sub("[" + "".join(marks) + "]", "", text) if any(mark in text for mark in marks) else text
 
 
 def _clean(text: str) -> str:
@@ -508,7 +542,11 @@ def _clean(text: str) -> str:
     mdx = ""  # the fence of an open mdx-code-block, whose lines are prose
     vue = _VUE_PAGE.search(text) is not None
     comment = False  # inside an HTML comment, which may hide a whole code block (a translation's original)
-    for line in lines:
+    closings = closing_lines(lines) if "<pre" in text.lower() else []
+    skip_to = 0  # the line after an HTML code block already written
+    for number, line in enumerate(lines):
+        if number < skip_to:
+            continue
         if fence:
             out.append(line)
             if closes_fence(line, fence):
@@ -524,13 +562,18 @@ def _clean(text: str) -> str:
             mdx = "" if mdx else rendered.group(1) if rendered else ""
             continue
         opened = opening_fence(line)
-        if opened:
+        block = fenced_pre_block(lines, number, closings) if closings and PRE_OPEN.match(line) else None
+        if opened or block:
             out.extend(_clean_prose("\n".join(prose), closed, vue).split("\n") if prose else [])
             prose = []
+        if block:
+            out.extend(block[0])
+            skip_to = block[1]
+        elif opened:
             out.append(line)
             fence = opened
-            continue
-        prose.append(line)
+        else:
+            prose.append(line)
     if prose:
         out.extend(_clean_prose("\n".join(prose), closed, vue).split("\n"))
     return "\n".join(out)
@@ -546,19 +589,22 @@ class MarkupCleaner:
     shortcodes (`{{< >}}`, `{{% %}}`: the delimiters go, the text between a pair stays, and so do the words a shortcode
     shows: its `text`, `title`, `label` or `caption`, a tab's name), Jekyll/Liquid tags, the markers of MkDocs (`!!!
     note`, `=== "Tab"`, pymdownx's `/// note | Title`), Docusaurus (`:::tip`) and GitHub (`> [!NOTE]`) admonitions
-    (their text and title stay), a comment's code blocks, reference links (`[text][ref]` keeps its text; the `[ref]:
-    url` lines go) and heading anchors (`{#id}`). A component keeps the words it shows (a `title`, `caption`, `label`
-    or `text`: Mintlify's steps, Starlight's cards, VitePress' badges) and its indented body moves out as MDX reads
-    it; a GitBook tag keeps its `title` or `date`; MyST directives keep their words (code ones become code blocks),
-    their options, targets, comments and roles go; unresolved mdBook directives go; a Vue page's `{{ }}` goes;
-    character references become characters; an HTML table becomes a markdown table of whole rows (a spanned cell
-    repeated in each row it covers), and the lines it no longer needs leave the text with the document's `line_map`
-    moved to match. Code shortcodes (`highlight`, `code`, `code-toggle`, Liquid's
-    `highlight`) become fenced blocks; fenced code and inline code are never changed, except Docusaurus'
-    `mdx-code-block` fences, which hold MDX the site renders: the fences go and their content is cleaned as prose. Every
-    other removed piece leaves its line breaks, so a chunk's line range still points into the file. Only documents whose
-    `markup` meta is one of `markups` are cleaned (the converters set it; Haystack's own leave it unset: their HTML
-    comes out as clean markdown, their text is text).
+    (their text and title stay; an untitled one shows its kind, "Tip", as the site does), a comment's code blocks,
+    reference links (`[text][ref]` keeps its text; the `[ref]: url` lines go) and heading anchors (`{#id}`). A component
+    keeps the words it shows (a `title`, `caption`, `label` or `text`: Mintlify's steps, Starlight's cards, VitePress'
+    badges) and its indented body moves out as MDX reads it; a GitBook tag keeps its `title` or `date`; MyST directives
+    keep their words (code ones become code blocks), their options, targets, comments and roles go; unresolved mdBook
+    directives go; a Vue page's `{{ }}` goes; an MDX export runs to where its brackets close; a component's JSX-valued
+    attribute (`icon={<svg ...>}`) is read as the words it shows; parentheses holding only an icon go; an HTML code
+    element is a code span (its links dropped) and an HTML code block (GitBook's `<pre><code class="lang-bash">`) a
+    fenced block, so a `#` line in it is no heading; character references become characters; an HTML table becomes a
+    markdown table of whole rows (a spanned cell repeated in each row it covers), and the lines it no longer needs leave
+    the text with the document's `line_map` moved to match (a fence added where code shares its line with a tag moves it
+    too). Code shortcodes (`highlight`, `code`, `code-toggle`, Liquid's `highlight`) become fenced blocks; fenced code
+    and inline code are never changed, except Docusaurus' `mdx-code-block` fences, which hold MDX the site renders: the
+    fences go and their content is cleaned as prose. Every other removed piece leaves its line breaks, so a chunk's line
+    range still points into the file. Only documents whose `markup` meta is one of `markups` are cleaned (the converters
+    set it; Haystack's own leave it unset: their HTML comes out as clean markdown, their text is text).
 
     ### Usage example
 

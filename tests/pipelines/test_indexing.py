@@ -546,6 +546,37 @@ class TestIncludesAndPartials:
         assert {u["source"] for u in summary.unsupported} == {"docs/docs.json"}
         assert page.content == "Badges label things.\n\nSet `icon` to any Font Awesome name."
 
+    def test_a_page_another_page_includes_is_no_page_of_its_own_while_it_is_included(self, tmp_path):
+        # mdBook: a chapter includes a fragment that is no chapter (`{{#include arg-watcher.md}}`)
+        kb = tmp_path / "kb"
+        (kb / "cli").mkdir(parents=True)
+        (kb / "cli" / "arg-watcher.md").write_text("#### --watcher\n\nThe watcher polls for changes.\n")
+        build = kb / "cli" / "build.md"
+        including = "# The build command\n\nBuilds the book.\n\n{{#include arg-watcher.md}}\n"
+        build.write_text(including, encoding="utf-8")
+        (kb / "a.md").write_text("# A\n\nAlpha.\n\n{{#include b.md}}\n", encoding="utf-8")  # a cycle: both stay
+        (kb / "b.md").write_text("# B\n\nBeta.\n\n{{#include a.md}}\n", encoding="utf-8")
+        indexer = KnowledgeIndexer(Deployment.resolve(tmp_path / "data"))
+        try:
+            first = indexer.index(kb, progress=False)
+            first_sources = set(versions_by_source(indexer))
+            build.write_text("# The build command\n\nBuilds the book.\n", encoding="utf-8")
+            second = indexer.index(kb, progress=False)
+            second_sources = set(versions_by_source(indexer))
+            build.write_text(including, encoding="utf-8")
+            third = indexer.index(kb, progress=False)
+            store = indexer.collection
+            chunks = store.chunks_of(store.active_versions())
+        finally:
+            indexer.close()
+        reason = "included by cli/build.md: its text is indexed there"
+        assert first.not_indexed == [{"source": "cli/arg-watcher.md", "reason": reason}]
+        assert first_sources == {"cli/build.md", "a.md", "b.md"} and first.failures == []
+        assert second.not_indexed == [] and second_sources == first_sources | {"cli/arg-watcher.md"}
+        assert third.not_indexed == first.not_indexed and third.indexed == 1
+        assert {c.meta["source"] for c in chunks} == first_sources  # the fragment's own chunks are gone again
+        assert any("The watcher polls for changes." in c.content for c in chunks if c.meta["source"] == "cli/build.md")
+
     def test_an_edited_include_indexes_the_pages_that_include_it_and_the_partial_is_no_page(self, tmp_path):
         kb = tmp_path / "kb"
         (kb / "_common").mkdir(parents=True)

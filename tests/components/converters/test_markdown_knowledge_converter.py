@@ -6,6 +6,7 @@ import pytest
 from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import ByteStream
 
+from components.converters import markdown_knowledge_converter
 from components.converters.markdown_knowledge_converter import MarkdownKnowledgeConverter, parse_knowledge_file
 
 
@@ -347,6 +348,50 @@ class TestMarkdownKnowledgeConverter:
         assert doc.content.startswith("Set it in the sphinx `conf.py` file.\nTwo\nlines\n```\n{{ confpy }}\n```\n")
         assert "{{ unknown }} stays" in doc.content
         assert _file_line_of(doc, "end", data.decode()) == "end"
+
+    def test_myst_substitutions_of_the_sites_conf_py_are_read_never_run(self, tmp_path: Path):
+        # Sphinx: `myst_substitutions` in the source folder's conf.py; a page's front matter overrides them
+        (tmp_path / "docs" / "syntax").mkdir(parents=True)
+        ran = tmp_path / "ran"
+        (tmp_path / "docs" / "conf.py").write_text(
+            f"import pathlib\npathlib.Path({str(ran)!r}).write_text('x')\n"
+            'myst_substitutions = {"role": "[role](#roles)", "directive": "a directive", "n": 3}\n'
+        )
+        page = tmp_path / "docs" / "syntax" / "p.md"
+        page.write_text("---\nmyst:\n  substitutions:\n    n: four\n---\nA {{role}}, {{ directive }}, {{n}}.\n")
+        meta = {"source": "docs/syntax/p.md"}
+        [doc] = MarkdownKnowledgeConverter().run(sources=[page], meta=meta)["documents"]
+        assert doc.content == "A [role](#roles), a directive, four.\n"
+        assert doc.meta["included_files"] == ["docs/conf.py"]  # its edits re-index the page
+        assert not ran.exists()
+        (tmp_path / "docs" / "conf.py").write_text("myst_substitutions = dict(role=open('/etc/passwd').read())\n")
+        [plain] = MarkdownKnowledgeConverter().run(sources=[page], meta=meta)["documents"]
+        assert plain.content == "A {{role}}, {{ directive }}, four.\n"  # not a literal: not read
+        (tmp_path / "docs" / "conf.py").write_text("myst_substitutions = {\n")
+        [broken] = MarkdownKnowledgeConverter().run(sources=[page], meta=meta)["documents"]
+        assert broken.content == plain.content and "included_files" not in broken.meta
+
+    def test_included_files_names_what_each_page_includes_parsing_only_pages_that_name_an_include(
+        self, tmp_path: Path, monkeypatch
+    ):
+        (tmp_path / "cli").mkdir()
+        (tmp_path / "cli" / "arg.md").write_text("The watcher polls.\n")
+        (tmp_path / "cli" / "serve.md").write_text("# Serve\n\n{{#include arg.md}}\n")
+        (tmp_path / "plain.md").write_text("# Plain\n\nNo include here.\n")
+        (tmp_path / "big.md").write_text("x" * 100)
+        parsed: list[str] = []
+        real = markdown_knowledge_converter.parse_knowledge_file
+        monkeypatch.setattr(
+            markdown_knowledge_converter,
+            "parse_knowledge_file",
+            lambda data, source, *args: parsed.append(source) or real(data, source, *args),
+        )
+        names = ["cli/serve.md", "cli/arg.md", "plain.md", "big.md", "gone.md"]
+        found = MarkdownKnowledgeConverter(max_file_bytes=50).included_files(
+            [tmp_path / n for n in names], [{"source": n} for n in names]
+        )
+        assert found == {"cli/serve.md": ["cli/arg.md"], "cli/arg.md": [], "plain.md": []}  # too big, gone: not read
+        assert parsed == ["cli/serve.md"]
 
     def test_hostile_myst_substitutions_and_line_ranges_stay_within_the_cap(self, tmp_path: Path):
         # 4 KB of front matter whose values name each other would grow to 90 MB: it stays as written, reported

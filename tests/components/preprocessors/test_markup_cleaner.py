@@ -4,6 +4,7 @@ import pytest
 from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 
+from components.core.location import file_line
 from components.preprocessors.markup_cleaner import MarkupCleaner, clean_markup
 
 LICENCE_PAGE = """<!--
@@ -84,16 +85,16 @@ class TestMarkupCleaner:
             ("Read [the docs][docs] now.\n\n[docs]: https://example.org/docs", "Read the docs now.\n\n"),
             ("## Linking to pages {#link}", "## Linking to pages"),
             ("## Context <small>optional</small> { #context }", "## Context optional"),
-            ("> [!NOTE]\n> Hello", "> \n> Hello"),
+            ("> [!NOTE]\n> Hello", "> Note\n> Hello"),
             ("{/* a comment */}Text<br/>", "Text"),
             ('Before.\n--8<-- "missing.md"\nAfter.', "Before.\n\nAfter."),
             ("<details><summary>More</summary>Body</details>", "MoreBody"),
             ("/// tip | Authorize button!\nClick it.\n///", "Authorize button!\nClick it.\n"),
-            ("//// tab | Linux, macOS\nrun\n////\n/// note\nx\n///", "Linux, macOS\nrun\n\n\nx\n"),
+            ("//// tab | Linux, macOS\nrun\n////\n/// note\nx\n///", "Linux, macOS\nrun\n\nNote\nx\n"),
             ("/// html | div.grid\nA\n///\n/// a doc comment, prose", "\nA\n\n/// a doc comment, prose"),
             ("Before.\n{* ../../docs_src/app.py hl[3] *}\nAfter.", "Before.\n\nAfter."),
             ('100% <dfn title="tested">test coverage</dfn> <cite>x</cite>', "100% test coverage x"),
-            (":::note[With classes]{.padding--lg}\nx\n:::\n:::tip{#an-id}\ny\n:::", "With classes\nx\n\n\ny\n"),
+            (":::note[With classes]{.padding--lg}\nx\n:::\n:::tip{#an-id}\ny\n:::", "With classes\nx\n\nTip\ny\n"),
         ],
     )
     def test_shortcodes_liquid_links_and_tags_leave_their_text(self, text, expected):
@@ -287,6 +288,28 @@ class TestMarkupCleaner:
         assert clean_markup("see <table><tr><td>a</td><td>b</td></tr>\n<tr><td>c</td></tr></table> here") == (
             "see a | b\nc here"
         )
+
+    def test_an_html_code_block_is_a_fenced_block_and_the_line_map_follows_its_fences(self):
+        # GitBook: `<pre><code class="lang-yaml"># comment` -- the `#` line is code, never a heading
+        body = (
+            '# T\n<pre class="language-yaml"><code class="lang-yaml"># comment\n'
+            "<strong>name: x\n</strong></code></pre>\nEnd"
+        )
+        page = Document(content=body, meta={"source": "t.md", "markup": "markdown", "line_map": [[0, 4, 1]]})
+        out = MarkupCleaner().run(documents=[page])["documents"][0]
+        assert out.content == "# T\n```yaml\n# comment\nname: x\n```\nEnd"
+        # the fence and the first code line both stand for the `<pre>` line (the file's line 5)
+        assert [file_line(out.meta["line_map"], n) for n in range(6)] == [4, 5, 5, 6, 7, 8]
+        assert page.content == body and page.meta["line_map"] == [[0, 4, 1]]
+        in_code = "```html\n<pre><code>kept</code></pre>\n```"
+        assert clean_markup(in_code) == in_code  # an example of the markup inside a code block stays
+
+    def test_a_code_element_holding_links_and_parentheses_holding_only_an_icon(self):
+        # Starlight links the types in its code elements; mdBook writes `an eyeball icon (<i class="fa fa-eye"></i>)`
+        text = '**Type:** <code dir="auto">Array&lt;<a href="#l">SidebarLink</a>&gt;</code>'
+        assert clean_markup(text) == "**Type:** `Array<SidebarLink>`"
+        assert clean_markup('an icon (<i class="fa fa-eye"></i>) which') == "an icon which"
+        assert clean_markup('see (<a href="x">the guide</a>) or foo()') == "see (the guide) or foo()"
 
     def test_an_unclosed_comment_hides_the_rest_but_keeps_the_lines(self):
         assert clean_markup("text\n<!-- open\n# not a heading\n") == "text\n\n\n"
