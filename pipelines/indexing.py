@@ -690,7 +690,7 @@ class KnowledgeIndexer:
         self._included = _IncludedVersions(root)
         sources, unusable, unsupported = self._discover(root)
         versions = self._versions(sources, unusable)
-        sources = self._without_included_pages(sources, versions, old)
+        sources = self._without_included_pages(sources, versions)
         files = [*sources, *(f["source"] for f in unusable if f["source"] and not f["source"].endswith("/"))]
         todo = [
             p
@@ -771,32 +771,19 @@ class KnowledgeIndexer:
         unusable = [f for f in found.unusable if f["source"] not in foreign_sources]
         return {p: found.files[p] for p in taken}, unusable, unsupported
 
-    def _without_included_pages(
-        self, sources: dict[Path, str], versions: dict[str, str], old: dict[str, IndexedDocument]
-    ) -> dict[Path, str]:
+    def _without_included_pages(self, sources: dict[Path, str], versions: dict[str, str]) -> dict[Path, str]:
         """
-        The files without the markdown pages other pages include (`included_pages`), which are listed as not indexed
-        with the page that shows them. What a page includes is what it included when it was indexed, if neither it
-        nor its includes changed since; else the pipeline's markdown converter reads it again
-        (`MarkdownKnowledgeConverter.included_files`; without one in the pipeline, every page stays a page).
+        The files without those other pages show whole (`included_pages`), which are listed as not indexed with the
+        page that shows them. The pipeline's markdown converter tells what each page shows
+        (`MarkdownKnowledgeConverter.included_files`: it parses only the pages that name an include, every run, since
+        what a page shows can change with the files it includes; without one in the pipeline, every file stays a page).
         """
         converter = next((c for _, c in self.pipeline.walk() if isinstance(c, MarkdownKnowledgeConverter)), None)
         if converter is None:
             return sources
-        includes: dict[str, list[str]] = {}
-        fresh: list[Path] = []
-        for path, source in sources.items():
-            if path.suffix.lower() not in _MARKDOWN_SUFFIXES or source not in versions:
-                continue
-            entry = old.get(source)
-            if entry is not None and entry.doc_version == versions[source] and not self._included.changed(entry):
-                includes[source] = list(entry.includes)
-            else:
-                includes[source] = []
-                fresh.append(path)
-        meta = [{"source": sources[p], "doc_version": versions[sources[p]]} for p in fresh]
-        includes.update(converter.included_files(fresh, meta))
-        shown_by = included_pages(includes, set(sources.values()))
+        pages = [p for p, s in sources.items() if p.suffix.lower() in _MARKDOWN_SUFFIXES and s in versions]
+        meta = [{"source": sources[p], "doc_version": versions[sources[p]]} for p in pages]
+        shown_by = included_pages(converter.included_files(pages, meta), set(sources.values()))
         self._partials.extend(
             {"source": name, "reason": f"included by {page}: its text is indexed there"}
             for name, page in sorted(shown_by.items())

@@ -191,6 +191,8 @@ class _Includes:
         self.substitutions = substitutions or {}
         self.unresolved: list[str] = []
         self.included: list[str] = []
+        #: the files shown whole somewhere (not only a line range, an anchor's part or a MyST `:lines:` part)
+        self.whole: list[str] = []
 
     def _substitute(self, line: str) -> str:
         """
@@ -275,6 +277,7 @@ class _Includes:
         if loaded is None:
             return None
         path, name, text = loaded
+        self.whole.append(name)
         if kind == "code":  # source code: a code block, never read for front matter or includes
             return _code_block(text, _CODE_LANGUAGES.get(path.suffix, ""))
         return self._markdown(text, target, name, depth, seen)
@@ -302,6 +305,8 @@ class _Includes:
         if loaded is None:
             return match.group(0)
         path, included, text = loaded
+        if not part:
+            self.whole.append(included)
         text = _mdbook_part(text, part)
         if name == "include" and not in_code and path.suffix in (".md", ".markdown"):
             return self._markdown(text, target, included, depth, seen) or ""
@@ -395,6 +400,8 @@ class _Includes:
         if loaded is None:
             return end, None
         path, name, text = loaded
+        if not _MYST_PART_OPTIONS.intersection(options):
+            self.whole.append(name)
         text = _myst_part(text, options)
         if opened.group("name") == "literalinclude" or "literal" in options:
             language = options.get("language") or options.get("code") or _CODE_LANGUAGES.get(path.suffix, "")
@@ -427,6 +434,8 @@ def _substitutions(meta: dict[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in given.items() if isinstance(v, str | int | float)}
 
 
+#: front matter fields that make a page's readers or time narrower than a page of its own (`included_files`)
+NARROWING_FIELDS = ("access", "status", "valid_from", "valid_until")
 #: a Sphinx configuration larger than this is not read for substitutions (a real one is a few kilobytes)
 _MAX_CONF_BYTES = 256 * 1024
 
@@ -443,7 +452,11 @@ def _conf_substitutions(page: Path, root: Path) -> tuple[str, dict[str, str]] | 
     while folder.is_relative_to(root):
         conf = folder / "conf.py"
         if conf.is_file():
-            found = _read_conf_substitutions(conf)
+            try:
+                inside = conf.resolve(strict=True).is_relative_to(root)  # a link leaving the root is not read
+            except (OSError, RuntimeError):
+                inside = False
+            found = _read_conf_substitutions(conf) if inside else {}
             return (conf.relative_to(root).as_posix(), found) if found else None
         if folder == root:
             return None
@@ -470,6 +483,15 @@ def _read_conf_substitutions(conf: Path) -> dict[str, str]:
     return {str(k): str(v) for k, v in given.items() if isinstance(v, str | int | float)}
 
 
+#: the options of a MyST include that show only part of the file
+_MYST_PART_OPTIONS = frozenset(("start-line", "end-line", "lines", "start-after", "end-before", "start-at", "end-at"))
+
+
+def _is_number(text: str) -> bool:
+    """A line number as a page writes one: ASCII digits (`²` is a digit to `isdigit`, not to `int`), at most 18."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
+
+
 def _myst_part(text: str, options: dict[str, str]) -> str:
     """
     The part of a file a MyST include's options name: `start-line`/`end-line` (Python slices), `lines` (`1,3,5-7`,
@@ -482,7 +504,7 @@ def _myst_part(text: str, options: dict[str, str]) -> str:
         wanted: list[int] = []
         for piece in options["lines"].split(","):
             first, _, last = piece.strip().partition("-")
-            if first.isdigit() and (not last or last.isdigit()):  # bounded by the file: `1-999999999` is its end
+            if _is_number(first) and (not last or _is_number(last)):  # bounded by the file: `1-999999999` is its end
                 wanted.extend(range(int(first), min(int(last or first), len(lines)) + 1))
         lines = [lines[n - 1] for n in wanted if 0 < n <= len(lines)]
     for key, after in (("start-after", True), ("start-at", False)):
@@ -505,7 +527,7 @@ def _mdbook_part(text: str, part: str) -> str:
     """
     lines = text.strip("\n").split("\n")
     numbers = part.split(":")
-    if part and all(n.isdigit() or not n for n in numbers):
+    if part and all(_is_number(n) or not n for n in numbers):
         first = max(1, int(numbers[0] or 1))
         last = int(numbers[1] or len(lines)) if len(numbers) > 1 else first
         lines = lines[first - 1 : last]
@@ -598,6 +620,10 @@ class MarkdownKnowledgeConverter:
 
     def _convert(self, source: str | Path | ByteStream, meta: dict[str, Any]) -> Document:
         """One file's Document; raises `KnowledgeFileError` or `OSError` for a file that cannot be one."""
+        return self._expanded(*self._parsed(source, meta))[0]
+
+    def _parsed(self, source: str | Path | ByteStream, meta: dict[str, Any]) -> tuple[Document, Path | None]:
+        """One file's Document before its includes are resolved, and its knowledge root."""
         if isinstance(source, ByteStream):
             data = source.data
             meta = {**source.meta, **meta}
@@ -614,10 +640,13 @@ class MarkdownKnowledgeConverter:
         document = parse_knowledge_file(data, name, self.max_frontmatter_bytes, self.max_frontmatter_aliases)
         if meta.get("doc_version"):
             document.meta["doc_version"] = str(meta["doc_version"])
-        return self._with_includes(document, _root_of(source, name))
+        return document, _root_of(source, name)
 
-    def _with_includes(self, document: Document, root: Path | None) -> Document:
-        """The document with its include shortcodes resolved; `unresolved_includes` names those that were not."""
+    def _expanded(self, document: Document, root: Path | None) -> tuple[Document, _Includes | None]:
+        """
+        The document with its include shortcodes resolved (`unresolved_includes` names those that were not), and
+        what resolved them (None for a page that names no include nor substitution).
+        """
         body = document.content or ""
         substitutions = _substitutions(document.meta)
         conf = _conf_substitutions(root / str(document.meta["source"]), root) if root and "{{" in body else None
@@ -630,11 +659,11 @@ class MarkdownKnowledgeConverter:
             or _MYST_INCLUDE_ANY.search(body)
             or substitutions
         ):
-            return document
+            return document, None
         caps = (self.max_frontmatter_bytes, self.max_frontmatter_aliases)
         includes = _Includes(root, str(document.meta["source"]), self.max_file_bytes, caps, substitutions)
         text, origin = includes.expand(body, str(document.meta["source"]))
-        if conf is not None and text != body:  # the configuration is read like an include: its edits re-index the page
+        if conf is not None:  # the configuration is read like an include: its edits re-index the page
             includes.included.append(conf[0])
         meta = dict(document.meta)
         meta["line_map"] = _line_map(origin, int(meta["line_map"][0][1]))
@@ -642,16 +671,21 @@ class MarkdownKnowledgeConverter:
             meta["included_files"] = sorted(set(includes.included))
         if includes.unresolved:
             meta["unresolved_includes"] = includes.unresolved
-        return Document(content=text, meta=meta)
+        return Document(content=text, meta=meta), includes
 
-    def included_files(self, sources: list[Path], meta: list[dict[str, Any]]) -> dict[str, list[str]]:
+    def included_files(
+        self, sources: list[Path], meta: list[dict[str, Any]], narrowing: tuple[str, ...] = NARROWING_FIELDS
+    ) -> dict[str, list[str]]:
         """
-        What each file includes (its includes' includes too), without the documents: a file whose text names no
+        What each file shows whole of other files (its includes' includes too; not a file of which it shows only a
+        line range, an anchor's part or a MyST `:lines:` part), without the documents: a file whose text names no
         include nor substitution is not parsed at all, so telling a knowledge folder's included pages costs little.
 
         :param sources: File paths.
         :param meta: One dict per source, with its `source` (the path relative to the knowledge root).
-        :returns: For each file that could be read, its source and the sources it includes (none for a file that
+        :param narrowing: Front matter fields that make a page's readers or time narrower than a page of its own
+            (`access`, `status`, `valid_from`, `valid_until`): a page that sets one shows none of its includes here.
+        :returns: For each file that could be read, its source and the sources it shows whole (none for a file that
             cannot be converted: the run reports it).
         """
         found: dict[str, list[str]] = {}
@@ -663,16 +697,18 @@ class MarkdownKnowledgeConverter:
                 text = path.read_bytes().decode("utf-8", errors="replace")
             except OSError:
                 continue
-            if not any(p.search(text) for p in (_INCLUDE, _MDX_PARTIAL, _MDBOOK_ANY, _MYST_INCLUDE_ANY)) and (
-                "{{" not in text
-            ):
-                found[name] = []
+            found[name] = []
+            if not any(p.search(text) for p in (_INCLUDE, _MDX_PARTIAL, _MDBOOK_ANY, _MYST_INCLUDE_ANY)):
                 continue
             try:
-                document = self._convert(path, info)
-            except (OSError, KnowledgeFileError):
+                document, root = self._parsed(path, info)
+                if any(document.meta.get(field) not in (None, "", []) for field in narrowing):
+                    continue
+                _, includes = self._expanded(document, root)
+            except Exception as err:  # the run converts it again and reports why it cannot
+                logger.debug("Include scan of {source} failed: {error}", source=name, error=str(err))
                 continue
-            found[name] = [str(n) for n in document.meta.get("included_files") or []]
+            found[name] = sorted(set(includes.whole)) if includes else []
         return found
 
     @component.output_types(documents=list[Document], failures=list[dict[str, str]], warnings=list[dict[str, str]])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import html
 import re
+from dataclasses import dataclass
 
 from components.core.html_table import INSERTED
 
@@ -16,20 +17,38 @@ _PRE_CLOSE = re.compile(r"(?:</code\s*>)?</pre\s*>[ \t]*$", re.IGNORECASE)
 _CLOSING_MENTION = re.compile(r"</pre\b", re.IGNORECASE)
 _LANGUAGE = re.compile(r"""\bclass\s*=\s*["'][^"']*?\b(?:lang|language)-(?P<language>[\w+#.-]+)""", re.IGNORECASE)
 #: the tags inside a highlighted block (`<strong>`, `<mark>`, `<span class="...">`): how it looks, not its code
-_TAG = re.compile(r"<[^<>\n]*>")
+#: (a name after `<`: `sort < in.txt > out.txt` holds none)
+_TAG = re.compile(r"</?[A-Za-z][\w:.-]*(?:\s[^<>\n]*)?/?>")
 _BACKTICKS = re.compile(r"`+")
 
 
-def closing_lines(lines: list[str]) -> list[int]:
-    """The lines (0-based) that mention a `</pre` closing tag, for `fenced_pre_block` to look ahead in."""
-    return [number for number, line in enumerate(lines) if "</" in line and _CLOSING_MENTION.search(line)]
+@dataclass(frozen=True)
+class Closings:
+    """The lines that mention a `</pre` closing tag, and those of them where it closes a block (`closing_lines`)."""
+
+    lines: list[int]
+    closing: dict[int, int]  #: line -> where its closing tag starts, for lines whose first `</pre` ends the line
+
+
+def closing_lines(lines: list[str]) -> Closings:
+    """Where `fenced_pre_block` may end a block: each line that mentions `</pre` is read once."""
+    mentions: list[int] = []
+    closing: dict[int, int] = {}
+    for number, line in enumerate(lines):
+        if "</" not in line or not (first := _CLOSING_MENTION.search(line)):
+            continue
+        mentions.append(number)
+        found = _PRE_CLOSE.search(line, max(0, first.start() - 16))  # `</code>` may stand before it
+        if found and not _CLOSING_MENTION.search(line, 0, found.start()):
+            closing[number] = found.start()
+    return Closings(mentions, closing)
 
 
 def _code(line: str) -> str:
     return html.unescape(_TAG.sub("", line))
 
 
-def fenced_pre_block(lines: list[str], start: int, closings: list[int]) -> tuple[list[str], int] | None:
+def fenced_pre_block(lines: list[str], start: int, closings: Closings) -> tuple[list[str], int] | None:
     """
     The `<pre>` block opening on `lines[start]` as a fenced code block.
 
@@ -46,17 +65,16 @@ def fenced_pre_block(lines: list[str], start: int, closings: list[int]) -> tuple
     opening = PRE_OPEN.match(lines[start])
     if opening is None:
         return None
-    at = bisect.bisect_left(closings, start)
-    if at == len(closings):
+    at = bisect.bisect_left(closings.lines, start)
+    if at == len(closings.lines) or closings.lines[at] not in closings.closing:
         return None
-    end = closings[at]
-    last = lines[end] if end != start else lines[start][opening.end() :]
-    closing = _PRE_CLOSE.search(last)
-    if closing is None or _CLOSING_MENTION.search(last, 0, closing.start()):
-        return None
+    end = closings.lines[at]
+    closing_at = closings.closing[end]
     first_code = lines[start][opening.end() :]
+    if end == start and closing_at < opening.end():
+        return None
     body = [first_code, *lines[start + 1 : end + 1]] if end != start else [first_code]
-    body[-1] = body[-1][: closing.start()] if end != start else first_code[: closing.start()]
+    body[-1] = body[-1][:closing_at] if end != start else lines[start][opening.end() : closing_at]
     code = [_code(line) for line in body]
     language = _LANGUAGE.search(opening.group(0))
     ticks = "`" * max(3, 1 + max((len(run) for text in code for run in _BACKTICKS.findall(text)), default=0))

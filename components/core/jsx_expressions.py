@@ -9,9 +9,12 @@ import re
 _EXPORT = re.compile(r"^export\s+(?:const|default|function|let|var)\b", re.MULTILINE)
 #: where a statement whose brackets do not close runs to, as MDX reads it: the next blank line
 _TO_BLANK_LINE = re.compile(r"(?:[^\n]|\n(?![ \t]*\n))*")
+#: a markdown heading, which no JavaScript line is: after a blank line, the page goes on
+_HEADING = re.compile(r"#{1,6}[ \t]")
 #: a component attribute whose value is an expression: `icon={<svg>...</svg>}`, `title={<>Add <code>x</code></>}`
 _EXPRESSION_ATTRIBUTE = re.compile(r"(?<=\s)(?P<name>[A-Za-z][\w-]*)=\{")
 _TAG = re.compile(r"<[^<>]*>")
+_STRING_LITERAL = re.compile(r"\s*([\"'`])((?:(?!\1).)*)\1\s*", re.DOTALL)
 _SPACE = re.compile(r"\s+")
 _OPENING = {"(": ")", "[": "]", "{": "}"}
 _CLOSING = frozenset(_OPENING.values())
@@ -49,24 +52,60 @@ def _balanced_end(text: str, start: int, budget: _Budget) -> int | None:
     return None
 
 
+def _depth_after(line: str, depth: int, template: bool) -> tuple[int, bool]:
+    """
+    The bracket depth after a line of JavaScript, its strings and comments skipped (`":-("` opens nothing); whether a
+    template literal is still open. A `'` or `"` string ends with its line (JSX text's "don't" cannot run on); a
+    negative depth is returned as soon as it happens.
+    """
+    index, length = 0, len(line)
+    while index < length:
+        char = line[index]
+        if template or char == "`":
+            close = line.find("`", index + (0 if template else 1))
+            if close < 0:
+                return depth, True
+            template, index = False, close + 1
+            continue
+        if char in "'\"":
+            close = line.find(char, index + 1)
+            index = length if close < 0 else close + 1
+            continue
+        if line.startswith("//", index):
+            break
+        if char in _OPENING:
+            depth += 1
+        elif char in _CLOSING:
+            depth -= 1
+            if depth < 0:
+                return depth, False
+        index += 1
+    return depth, template
+
+
 def _statement_end(text: str, start: int, budget: _Budget) -> int:
     """
     Where the export statement at `start` ends: at the end of the line on which its brackets close (a line ending
-    in `=>` or `=` goes on), else at the next blank line.
+    in `=>` or `=` goes on), else -- brackets that do not close, close more than they opened, or a heading after a
+    blank line while they are open -- at the next blank line, as MDX reads an export it cannot parse.
     """
-    depth = 0
+    depth, template = 0, False
     limit = min(len(text), start + _MAX_SCAN, start + budget.left)
     index = start
     while index < limit:
         end = text.find("\n", index, limit)
         end = limit if end < 0 else end
         line = text[index:end]
-        depth += sum(line.count(c) for c in _OPENING) - sum(line.count(c) for c in _CLOSING)
-        if depth <= 0 and not line.rstrip().endswith(("=>", "=")):
+        if not line.strip() and depth > 0 and _HEADING.match(text, end + 1):
+            break
+        depth, template = _depth_after(line, depth, template)
+        if depth < 0:
+            break
+        if depth == 0 and not template and not line.rstrip().endswith(("=>", "=")):
             budget.left -= end - start
             return end
         index = end + 1
-    budget.left -= limit - start
+    budget.left -= min(index, limit) - start
     found = _TO_BLANK_LINE.match(text, start)
     return found.end() if found else start
 
@@ -101,7 +140,13 @@ def without_mdx_exports(text: str) -> str:
 
 
 def _words(expression: str) -> str:
-    """What a JSX value shows as words: its text without tags or expressions (`{<>Add <code>x</code></>}`: `Add x`)."""
+    """
+    What a JSX value shows as words: its text without tags or expressions (`{<>Add <code>x</code></>}`: `Add x`), a
+    string literal's text (`{\n  "Long title"\n}`: `Long title`).
+    """
+    literal = _STRING_LITERAL.fullmatch(expression[1:-1])
+    if literal:
+        return _SPACE.sub(" ", literal.group(2)).strip().replace('"', "'")
     words = _TAG.sub(" ", expression[1:-1])
     words = html.unescape(re.sub(r"[{}`]", " ", words))
     return _SPACE.sub(" ", words).strip().replace('"', "'")

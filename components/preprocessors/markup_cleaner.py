@@ -103,10 +103,12 @@ _COMPONENT_WORDS = re.compile(
 #: `{% update date="2025-12-18" %}`
 _LIQUID_WORDS = re.compile(r"""\b(?:title|date)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
 #: an HTML code element on one line (Starlight links the types in it: `<code>Array&lt;<a href="#x">X</a>&gt;</code>`)
-_HTML_CODE = re.compile(r"<code(?:\s[^<>\n]*)?>((?:(?!</code>)[^\n`])+)</code>")
-_INNER_TAG = re.compile(r"<[^<>\n]*>")
+#: (its text runs to the next `<code`, so a line of openings costs one pass)
+_HTML_CODE = re.compile(r"<code(?:\s[^<>\n]*)?>((?:(?!</code>|<code[\s>])[^\n`])+)</code>")
+#: a tag: a name after `<` (`sort < in.txt > out.txt` holds none)
+_INNER_TAG = re.compile(r"</?[A-Za-z][\w:.-]*(?:\s[^<>\n]*)?/?>")
 #: parentheses holding nothing but tags (`an eyeball icon (<i class="fa fa-eye"></i>)`), the space before them too
-_TAGS_IN_PARENTHESES = re.compile(r"[ \t]?\(\s*((?:<[^<>\n]*>\s*)+)\)")
+_TAGS_IN_PARENTHESES = re.compile(r"[ \t]?\([ \t]*((?:</?[A-Za-z][\w:.-]*(?:\s[^<>\n]*)?/?>[ \t]*)+)\)")
 #: a character reference (`&#x20;`, `&lt;`, `&nbsp;`), which the page shows as its character
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 #: a JSX component's opening or closing tag on a line of its own, whose body MDX reads as markdown
@@ -258,8 +260,8 @@ def _aside_title(kind: str | None, title: str | None) -> str:
 
 
 def _title(match: re.Match[str]) -> str:
-    """A Docusaurus admonition's title (`:::tip[Title]`, `:::tip Title`, else "Tip")."""
-    title = match.group("bracketed") if match.group("bracketed") is not None else match.group("title")
+    """A Docusaurus admonition's title (`:::tip[Title]`, `:::tip Title`, else "Tip"; `:::tip[]` shows none)."""
+    title = match.group("bracketed") if match.group("bracketed") is not None else match.group("title") or None
     return _aside_title(match.group("kind"), title)
 
 
@@ -528,6 +530,18 @@ def _without_marks(text: str) -> str:
     return re.sub("[" + "".join(marks) + "]", "", text) if any(mark in text for mark in marks) else text
 
 
+def _lines_in_tables(lines: list[str]) -> set[int]:
+    """The lines inside an HTML table, whose code blocks are its cells' (the table rewrite reads them)."""
+    inside: set[int] = set()
+    depth = 0
+    for number, line in enumerate(lines):
+        if depth > 0:
+            inside.add(number)
+        lowered = line.lower()
+        depth = max(0, depth + lowered.count("<table") - lowered.count("</table"))
+    return inside
+
+
 def _clean(text: str) -> str:
     lines = _dedent_mkdocs(_fence_code_shortcodes(text).split("\n"))
     if ("{" in text or ")=" in text) and _MYST_PAGE.search(text):
@@ -542,7 +556,8 @@ def _clean(text: str) -> str:
     mdx = ""  # the fence of an open mdx-code-block, whose lines are prose
     vue = _VUE_PAGE.search(text) is not None
     comment = False  # inside an HTML comment, which may hide a whole code block (a translation's original)
-    closings = closing_lines(lines) if "<pre" in text.lower() else []
+    closings = closing_lines(lines) if "<pre" in text.lower() else None
+    in_table = _lines_in_tables(lines) if closings and "<table" in text.lower() else set()
     skip_to = 0  # the line after an HTML code block already written
     for number, line in enumerate(lines):
         if number < skip_to:
@@ -562,7 +577,8 @@ def _clean(text: str) -> str:
             mdx = "" if mdx else rendered.group(1) if rendered else ""
             continue
         opened = opening_fence(line)
-        block = fenced_pre_block(lines, number, closings) if closings and PRE_OPEN.match(line) else None
+        pre = closings is not None and number not in in_table and PRE_OPEN.match(line)
+        block = fenced_pre_block(lines, number, closings) if pre and closings is not None else None
         if opened or block:
             out.extend(_clean_prose("\n".join(prose), closed, vue).split("\n") if prose else [])
             prose = []

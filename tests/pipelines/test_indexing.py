@@ -556,6 +556,10 @@ class TestIncludesAndPartials:
         build.write_text(including, encoding="utf-8")
         (kb / "a.md").write_text("# A\n\nAlpha.\n\n{{#include b.md}}\n", encoding="utf-8")  # a cycle: both stay
         (kb / "b.md").write_text("# B\n\nBeta.\n\n{{#include a.md}}\n", encoding="utf-8")
+        # a page showing one line of another, and a staff-only page showing all of it: it stays a page
+        (kb / "setup.md").write_text("# Setup\n\nRun make install.\n\n## Trouble\n\nDelete the cache.\n")
+        (kb / "quick.md").write_text("# Quick\n\n{{#include setup.md:3}}\n", encoding="utf-8")
+        (kb / "runbook.md").write_text("---\naccess: [staff]\n---\n# Runbook\n\n{{#include setup.md}}\n")
         indexer = KnowledgeIndexer(Deployment.resolve(tmp_path / "data"))
         try:
             first = indexer.index(kb, progress=False)
@@ -571,7 +575,8 @@ class TestIncludesAndPartials:
             indexer.close()
         reason = "included by cli/build.md: its text is indexed there"
         assert first.not_indexed == [{"source": "cli/arg-watcher.md", "reason": reason}]
-        assert first_sources == {"cli/build.md", "a.md", "b.md"} and first.failures == []
+        assert first_sources == {"cli/build.md", "a.md", "b.md", "setup.md", "quick.md", "runbook.md"}
+        assert first.failures == []
         assert second.not_indexed == [] and second_sources == first_sources | {"cli/arg-watcher.md"}
         assert third.not_indexed == first.not_indexed and third.indexed == 1
         assert {c.meta["source"] for c in chunks} == first_sources  # the fragment's own chunks are gone again

@@ -393,6 +393,35 @@ class TestMarkdownKnowledgeConverter:
         assert found == {"cli/serve.md": ["cli/arg.md"], "cli/arg.md": [], "plain.md": []}  # too big, gone: not read
         assert parsed == ["cli/serve.md"]
 
+    def test_included_files_leaves_out_a_part_shown_a_narrower_page_and_a_page_that_cannot_be_read(
+        self, tmp_path: Path
+    ):
+        (tmp_path / "setup.md").write_text("# Setup\n\nRun make install.\n\n## Trouble\n\nDelete the cache.\n")
+        pages = {
+            "part.md": "# Guide\n\n{{#include setup.md:3:3}}\n",  # one line of it: setup.md stays a page
+            "myst.md": "```{include} setup.md\n:start-line: 2\n```\n",
+            "staff.md": "---\naccess: [staff]\n---\n# Runbook\n\n{{#include setup.md}}\n",  # fewer readers
+            "odd.md": "# A\n\n{{#include setup.md:\u00b2}}\n",  # `isdigit()` but no int: raised in the converter
+            "whole.md": "# All\n\n{{#include setup.md}}\n",
+        }
+        for name, text in pages.items():
+            (tmp_path / name).write_text(text, encoding="utf-8")
+        names = list(pages)
+        converter = MarkdownKnowledgeConverter()
+        found = converter.included_files([tmp_path / n for n in names], [{"source": n} for n in names])
+        assert found == {"part.md": [], "myst.md": [], "staff.md": [], "odd.md": [], "whole.md": ["setup.md"]}
+
+    def test_a_conf_py_linked_from_outside_the_knowledge_root_is_not_read(self, tmp_path: Path):
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        (outside / "conf.py").write_text('myst_substitutions = {"token": "OUTSIDE-SECRET"}\n')
+        (tmp_path / "kb" / "docs").mkdir(parents=True)
+        (tmp_path / "kb" / "docs" / "conf.py").symlink_to(outside / "conf.py")
+        page = tmp_path / "kb" / "docs" / "p.md"
+        page.write_text("Value: {{token}}\n")
+        [doc] = MarkdownKnowledgeConverter().run(sources=[page], meta={"source": "docs/p.md"})["documents"]
+        assert doc.content == "Value: {{token}}\n"
+
     def test_hostile_myst_substitutions_and_line_ranges_stay_within_the_cap(self, tmp_path: Path):
         # 4 KB of front matter whose values name each other would grow to 90 MB: it stays as written, reported
         values = "    a: '" + "{{b}}" * 300 + "'\n    b: '" + "{{c}}" * 300 + "'\n    c: '" + "x" * 1000 + "'\n"

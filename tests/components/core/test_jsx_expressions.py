@@ -25,6 +25,20 @@ class TestWithoutMdxExports:
     def test_an_export_whose_brackets_never_close_runs_to_the_next_blank_line(self):
         assert without_mdx_exports("export const x = (\n  1,\n\nProse (kept)") == "\n\n\nProse (kept)"
 
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ('export const steps = [\n  "a) Install",\n  "b) Configure",\n];\n\nText.', "\n\n\n\n\nText."),
+            ('export const sad = ":-(";\n\n# Heading\n\nSteps: a) b).', "\n\n# Heading\n\nSteps: a) b)."),
+            ("export const X = () => <p>Don't (really)</p>;\nText", "\nText"),
+            ("export const x = (\n  1,\n\n## Next\n\nText (kept)", "\n\n\n## Next\n\nText (kept)"),
+            ("export const x = 1)\nmore\n\nText", "\n\n\nText"),
+        ],
+        ids=["brackets-in-strings", "string-then-heading", "jsx-apostrophe", "heading-ends-it", "closes-too-much"],
+    )
+    def test_strings_comments_and_headings_do_not_move_the_end(self, text: str, expected: str):
+        assert without_mdx_exports(text) == expected
+
     def test_only_an_export_at_the_start_of_a_line(self):
         assert without_mdx_exports("We export const values.") == "We export const values."
 
@@ -47,9 +61,10 @@ class TestJsxAttributeValuesAsWords:
             ("<Step title={<>Add <code>docs.json</code> &amp; go</>}>", '<Step title="Add docs.json & go">'),
             ('<Code code={`## Hi\n\nl\'espace`} lang="md" />', '<Code code="## Hi l\'espace"\n\n lang="md" />'),
             ("<CardGroup cols={2}>", "<CardGroup cols={2}>"),  # one line, no JSX: left as written
+            ('<Card title={\n  "Long title"\n} />', '<Card title="Long title"\n\n />'),  # a string literal's text
             ("Set x={<b>y</b>} in prose.", "Set x={<b>y</b>} in prose."),  # not in a component's opening tag
         ],
-        ids=["svg-icon", "fragment-title", "template-literal", "plain-expression", "prose"],
+        ids=["svg-icon", "fragment-title", "template-literal", "plain-expression", "string-literal", "prose"],
     )
     def test_a_jsx_or_multi_line_value_becomes_its_words(self, text: str, expected: str):
         assert jsx_attribute_values_as_words(text) == expected

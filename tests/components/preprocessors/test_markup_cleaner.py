@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import time
+
 import pytest
 from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
@@ -304,12 +306,26 @@ class TestMarkupCleaner:
         in_code = "```html\n<pre><code>kept</code></pre>\n```"
         assert clean_markup(in_code) == in_code  # an example of the markup inside a code block stays
 
+    def test_a_code_block_in_a_table_cell_is_the_cells_and_angle_brackets_in_code_stay(self):
+        text = (
+            "<table>\n<tr><th>Cmd</th><th>Example</th></tr>\n<tr><td>run</td><td>\n<pre><code>x\ny</code></pre>\n"
+            "</td></tr>\n</table>"
+        )
+        assert clean_markup(text).split("\n")[:3] == ["| Cmd | Example |", "|---|---|", "| run | x y |"]
+        assert clean_markup("Run <code>sort < in.txt > out.txt</code>.") == "Run `sort < in.txt > out.txt`."
+        started = time.perf_counter()
+        assert clean_markup("<code>" * 40_000) == ""  # a line of openings: one pass
+        assert time.perf_counter() - started < 5
+
     def test_a_code_element_holding_links_and_parentheses_holding_only_an_icon(self):
         # Starlight links the types in its code elements; mdBook writes `an eyeball icon (<i class="fa fa-eye"></i>)`
         text = '**Type:** <code dir="auto">Array&lt;<a href="#l">SidebarLink</a>&gt;</code>'
         assert clean_markup(text) == "**Type:** `Array<SidebarLink>`"
         assert clean_markup('an icon (<i class="fa fa-eye"></i>) which') == "an icon which"
         assert clean_markup('see (<a href="x">the guide</a>) or foo()') == "see (the guide) or foo()"
+        text = 'Click the icon (\n<i class="fa fa-eye"></i>\n) to show it.'
+        assert clean_markup(text).count("\n") == 2  # parentheses over lines keep their lines
+        assert clean_markup(":::tip \nx\n:::") == "Tip\nx\n"  # a trailing space is no title
 
     def test_an_unclosed_comment_hides_the_rest_but_keeps_the_lines(self):
         assert clean_markup("text\n<!-- open\n# not a heading\n") == "text\n\n\n"
