@@ -11,11 +11,41 @@ from haystack import Document, component, default_from_dict, default_to_dict, lo
 from components.core.frozen import Documents, FrozenList
 from components.core.query_vector import QueryVector, as_list
 from components.core.text_matching import script_language
+from components.core.translations import translation_key
 from components.store.collection_statistics import is_multilingual, language_offsets
 from components.store.knowledge_collection import KnowledgeCollection
 from components.store.knowledge_store import KnowledgeStore, deserialize_store_inplace
 
 logger = logging.getLogger(__name__)
+
+#: how far above its translation's best chunk a page's best chunk in the query's language is lifted
+_TWIN_MARGIN = 0.0001
+
+
+def _lift_query_language_twins(documents: list[Document], query_language: str) -> list[Document]:
+    """
+    The candidates with the best chunk of each page in the query's language lifted just above the best chunk of its
+    translations in another language (pages whose sources differ only by a language folder: `translation_key`), its
+    `twin_lift` and `translation_of` in meta; the others unchanged.
+    """
+    best: dict[tuple[str, bool], Document] = {}
+    for doc in documents:
+        if not doc.meta.get("source"):
+            continue
+        slot = (translation_key(str(doc.meta.get("source") or "")), doc.meta.get("language") == query_language)
+        if slot not in best or (doc.score or 0.0) > (best[slot].score or 0.0):
+            best[slot] = doc
+    lifted: dict[str, Document] = {}
+    for (key, own), doc in best.items():
+        other = best.get((key, False))
+        if not own or other is None or other.meta.get("source") == doc.meta.get("source"):
+            continue
+        target = (other.score or 0.0) + _TWIN_MARGIN
+        if (doc.score or 0.0) < target:
+            lift = target - (doc.score or 0.0)
+            meta = {**doc.meta, "twin_lift": round(lift, 4), "translation_of": other.meta.get("source")}
+            lifted[doc.id] = replace(doc, score=target, meta=meta)
+    return [lifted.get(doc.id, doc) for doc in documents]
 
 
 def _by_attempt(documents: Sequence[Document]) -> dict[str, list[Document]]:
@@ -63,6 +93,7 @@ class LanguageBalanceRanker:
         collection: KnowledgeStore | None = None,
         language_balance: float = 0.75,
         crosslingual_weight: float = 0.1,
+        prefer_query_language: bool = True,
     ) -> None:
         """
         Create the ranker; it reads the collection's statistics and vectors on first use.
@@ -71,6 +102,8 @@ class LanguageBalanceRanker:
             folder's).
         :param language_balance: How much of the embedder's same-language bias is taken out, 0 (none) to 1 (all).
         :param crosslingual_weight: Weight of the cross-lingual bonus (0 turns it off).
+        :param prefer_query_language: Rank a page in the query's language just above its own translation (a site's
+            `zh/` page above its `en/` twin for a Chinese question): balancing makes the two near ties.
         :raises ValueError: If a weight is out of range.
         """
         if not 0.0 <= language_balance <= 1.0:
@@ -82,6 +115,7 @@ class LanguageBalanceRanker:
         self.collection: KnowledgeStore = collection if collection is not None else KnowledgeCollection()
         self.language_balance = language_balance
         self.crosslingual_weight = crosslingual_weight
+        self.prefer_query_language = prefer_query_language
 
     def to_dict(self) -> dict[str, Any]:
         """
@@ -94,6 +128,7 @@ class LanguageBalanceRanker:
             collection=self.collection,
             language_balance=self.language_balance,
             crosslingual_weight=self.crosslingual_weight,
+            prefer_query_language=self.prefer_query_language,
         )
 
     @classmethod
@@ -205,7 +240,7 @@ class LanguageBalanceRanker:
                     crosslingual_reference=round(reference or 0.0, 4),
                 )
             balanced.append(replace(doc, score=(doc.score or 0.0) - offset + bonus, meta=meta))
-        return balanced
+        return _lift_query_language_twins(balanced, query_language) if self.prefer_query_language else balanced
 
     @component.output_types(documents=list[Document])
     def run(

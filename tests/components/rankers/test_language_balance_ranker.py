@@ -202,7 +202,7 @@ class TestLanguageBalanceRanker:
 
     def test_to_dict_from_dict_keeps_every_parameter(self):
         collection = KnowledgeCollection(uri="http://127.0.0.1:19530", collection_name="kb_other", metric_type="IP")
-        params = {"language_balance": 0.5, "crosslingual_weight": 0.3}
+        params = {"language_balance": 0.5, "crosslingual_weight": 0.3, "prefer_query_language": False}
         data = component_to_dict(LanguageBalanceRanker(collection, **params), "language_balance")
         assert data == {
             "type": "components.rankers.language_balance_ranker.LanguageBalanceRanker",
@@ -250,6 +250,31 @@ class TestLanguageBalanceRanker:
         assert [d.score for d in out] == sorted((d.score for d in out), reverse=True)
         # only the dense vectors were read, every candidate's, in one request
         assert collection.reads == [(["en1", "en2", "zh1", "zh2"], ["vector"])]
+
+    def test_a_page_in_the_querys_language_ranks_just_above_its_translation(self, stub_collection):
+        # a bilingual site: `docs/zh/refunds.md` translates `docs/en/refunds.md`; an unrelated English page stays
+        docs = [
+            cand("en1", 0.95, source="docs/en/refunds.md"),
+            cand("en2", 0.93, source="docs/en/other.md"),
+            cand("zh1", 0.90, source="docs/zh/refunds.md"),
+            cand("zh2", 0.80, source="docs/zh/refunds.md"),
+        ]
+        query = "退款要多久"  # Chinese
+
+        def ranked(prefer: bool) -> list[Document]:
+            ranker = LanguageBalanceRanker(stub_collection(), language_balance=0.0, crosslingual_weight=0.1)
+            ranker.prefer_query_language = prefer
+            return list(ranker.run(documents=docs, query=query, crosslingual_embedding=None)["documents"])
+
+        assert [d.id for d in ranked(False)] == ["en1", "en2", "zh1", "zh2"]
+        out = ranked(True)
+        assert [d.id for d in out] == ["zh1", "en1", "en2", "zh2"]  # only the page's best chunk moves
+        assert out[0].score == pytest.approx(0.95 + 0.0001) and out[0].meta["translation_of"] == "docs/en/refunds.md"
+        assert out[0].meta["twin_lift"] == pytest.approx(0.0501, abs=1e-4)
+        assert all("twin_lift" not in d.meta for d in out[1:])
+        english = LanguageBalanceRanker(stub_collection(), language_balance=0.0, crosslingual_weight=0.1)
+        same = list(english.run(documents=docs, query=QUERY)["documents"])
+        assert [d.id for d in same] == ["en1", "en2", "zh1", "zh2"]  # the English page already leads its twin
 
     def test_balance_weight_scales_the_offsets(self, stub_collection):
         docs = [cand("en1", 0.9), cand("zh1", 0.9)]
