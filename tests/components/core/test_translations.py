@@ -15,6 +15,12 @@ class TestTranslationKey:
             ("zh/integrations/overview.mdx", "integrations/overview.mdx"),  # Mintlify: translations in a folder,
             ("integrations/overview.mdx", "integrations/overview.mdx"),  # the original at the root
             ("guides/en.md", "guides/en.md"),  # a file named like a language is no folder
+            # Docusaurus: translations under i18n/, the originals under docs/, versioned_docs/, blog/, src/pages/
+            ("site/i18n/zh-Hans/docusaurus-plugin-content-docs/current/intro.md", "site/docs/intro.md"),
+            ("i18n/ja/docusaurus-plugin-content-docs/version-2.0/a/b.md", "versioned_docs/version-2.0/a/b.md"),
+            ("i18n/fr/docusaurus-plugin-content-blog/2024-01-01-x.md", "blog/2024-01-01-x.md"),
+            ("i18n/fr/docusaurus-plugin-content-pages/about.md", "src/pages/about.md"),
+            ("site/docs/intro.md", "site/docs/intro.md"),
             ("", ""),
         ],
     )
