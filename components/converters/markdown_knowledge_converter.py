@@ -434,6 +434,11 @@ def _substitutions(meta: dict[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in given.items() if isinstance(v, str | int | float)}
 
 
+def _names_an_include(text: str) -> bool:
+    """Whether a page's text names an include of any kind the converter resolves."""
+    return any(pattern.search(text) for pattern in (_INCLUDE, _MDX_PARTIAL, _MDBOOK_ANY, _MYST_INCLUDE_ANY))
+
+
 #: front matter fields that make a page's readers or time narrower than a page of its own (`included_files`)
 NARROWING_FIELDS = ("access", "status", "valid_from", "valid_until")
 #: a Sphinx configuration larger than this is not read for substitutions (a real one is a few kilobytes)
@@ -652,13 +657,7 @@ class MarkdownKnowledgeConverter:
         conf = _conf_substitutions(root / str(document.meta["source"]), root) if root and "{{" in body else None
         if conf is not None:  # the site's, under the page's own
             substitutions = {**conf[1], **substitutions}
-        if not (
-            _INCLUDE.search(body)
-            or _MDX_PARTIAL.search(body)
-            or _MDBOOK_ANY.search(body)
-            or _MYST_INCLUDE_ANY.search(body)
-            or substitutions
-        ):
+        if not (_names_an_include(body) or substitutions):
             return document, None
         caps = (self.max_frontmatter_bytes, self.max_frontmatter_aliases)
         includes = _Includes(root, str(document.meta["source"]), self.max_file_bytes, caps, substitutions)
@@ -698,7 +697,7 @@ class MarkdownKnowledgeConverter:
             except OSError:
                 continue
             found[name] = []
-            if not any(p.search(text) for p in (_INCLUDE, _MDX_PARTIAL, _MDBOOK_ANY, _MYST_INCLUDE_ANY)):
+            if not _names_an_include(text):
                 continue
             try:
                 document, root = self._parsed(path, info)

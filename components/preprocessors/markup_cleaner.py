@@ -524,10 +524,12 @@ def clean_markup_lines(text: str) -> tuple[str, list[int] | None]:
     return take_table_lines(_clean(_without_marks(text)))
 
 
+_MARKS = re.compile(f"[{PADDING}{TABLE_TAG}{INSERTED}]")
+
+
 def _without_marks(text: str) -> str:
     """The text without the control characters the table rewrite marks lines with (the knowledge cleaner drops them)."""
-    marks = (PADDING, TABLE_TAG, INSERTED)
-    return re.sub("[" + "".join(marks) + "]", "", text) if any(mark in text for mark in marks) else text
+    return _MARKS.sub("", text) if any(mark in text for mark in (PADDING, TABLE_TAG, INSERTED)) else text
 
 
 def _lines_in_tables(lines: list[str]) -> set[int]:
