@@ -542,7 +542,8 @@ class KnowledgeIndexer:
             for d in written
         ]
         for entry, d in zip(entries, written, strict=True):
-            included = d["meta"].get("included_files") or []
+            # a file it shows, or one whose edit or creation may change it (a Sphinx `conf.py`): either re-indexes it
+            included = [*(d["meta"].get("included_files") or []), *(d["meta"].get("watched_files") or [])]
             entry.includes = {name: self._included[name] for name in included if isinstance(name, str)}
         return entries
 

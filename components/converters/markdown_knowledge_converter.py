@@ -3,6 +3,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -445,28 +446,42 @@ NARROWING_FIELDS = ("access", "status", "valid_from", "valid_until")
 _MAX_CONF_BYTES = 256 * 1024
 
 
-def _conf_substitutions(page: Path, root: Path) -> tuple[str, dict[str, str]] | None:
+@dataclass(frozen=True)
+class _SiteConfiguration:
+    """The `conf.py` a page's substitutions come from, and the files whose edit or creation may change them."""
+
+    source: str | None  #: the nearest `conf.py` above the page, under the knowledge root (None: there is none)
+    substitutions: dict[str, str]  #: its `myst_substitutions` (empty when it has none or cannot be read)
+    watched: list[str]  #: the configuration that is there, or every place one would be read from when none is
+
+
+def _conf_substitutions(page: Path, root: Path) -> _SiteConfiguration:
     """
     The `myst_substitutions` of the Sphinx `conf.py` nearest above a page, under the knowledge root: the site's own
     substitutions, which a page's front matter may override. The file is parsed, never run: only a literal value of
     the name at its top level counts.
 
-    :returns: The configuration's source and its substitutions, or None without one (or one that cannot be read).
+    :returns: The configuration, its substitutions and the files to watch: a page re-indexes when its configuration
+        is edited (its substitutions may come, go or be mended) or, without one, when one is created.
     """
     folder = page.parent
+    candidates: list[str] = []
     while folder.is_relative_to(root):
         conf = folder / "conf.py"
+        name = conf.relative_to(root).as_posix()
         if conf.is_file():
             try:
                 inside = conf.resolve(strict=True).is_relative_to(root)  # a link leaving the root is not read
             except (OSError, RuntimeError):
                 inside = False
-            found = _read_conf_substitutions(conf) if inside else {}
-            return (conf.relative_to(root).as_posix(), found) if found else None
+            if not inside:
+                return _SiteConfiguration(None, {}, [])
+            return _SiteConfiguration(name, _read_conf_substitutions(conf), [name])
+        candidates.append(name)
         if folder == root:
-            return None
+            break
         folder = folder.parent
-    return None
+    return _SiteConfiguration(None, {}, candidates)
 
 
 def _read_conf_substitutions(conf: Path) -> dict[str, str]:
@@ -580,8 +595,9 @@ class MarkdownKnowledgeConverter:
     knowledge root (a site's root may be a folder below it); an include the
     converter cannot resolve is reported in `warnings` (and the markup cleaner drops it). MyST substitutions
     (`{{ key }}`) come from the front matter and from the `myst_substitutions` of the nearest Sphinx `conf.py` above
-    the page (parsed for a literal value, never run; listed in `included_files`). `line_map` says which line
-    of the file each line of the content is, for the chunks' line ranges.
+    the page (parsed for a literal value, never run; listed in `included_files`, or in `watched_files` while it gives
+    nothing or is not there yet: its creation or edit re-indexes the page). `line_map` says which line of the file each
+    line of the content is, for the chunks' line ranges.
     Each file's `source` (its path relative to the knowledge root) and `doc_version` come with its `meta` (the indexer
     gives both; without them the source is the file name and the version the hash of the bytes). A file that cannot
     be read or parsed does not stop the run: it is reported in `failures` with its source and the reason.
@@ -654,20 +670,26 @@ class MarkdownKnowledgeConverter:
         """
         body = document.content or ""
         substitutions = _substitutions(document.meta)
-        conf = _conf_substitutions(root / str(document.meta["source"]), root) if root and "{{" in body else None
+        conf = (
+            _conf_substitutions(root / str(document.meta["source"]), root)
+            if root and "{{" in body and _SUBSTITUTION.search(body)
+            else None
+        )
         if conf is not None:  # the site's, under the page's own
-            substitutions = {**conf[1], **substitutions}
-        if not (_names_an_include(body) or substitutions):
+            substitutions = {**conf.substitutions, **substitutions}
+        if not (_names_an_include(body) or substitutions or (conf and conf.watched)):
             return document, None
         caps = (self.max_frontmatter_bytes, self.max_frontmatter_aliases)
         includes = _Includes(root, str(document.meta["source"]), self.max_file_bytes, caps, substitutions)
         text, origin = includes.expand(body, str(document.meta["source"]))
-        if conf is not None:  # the configuration is read like an include: its edits re-index the page
-            includes.included.append(conf[0])
+        if conf is not None and conf.substitutions:  # the configuration is read like an include
+            includes.included.append(str(conf.source))
         meta = dict(document.meta)
         meta["line_map"] = _line_map(origin, int(meta["line_map"][0][1]))
         if includes.included:
             meta["included_files"] = sorted(set(includes.included))
+        if conf is not None and (watched := sorted(set(conf.watched) - set(includes.included))):
+            meta["watched_files"] = watched
         if includes.unresolved:
             meta["unresolved_includes"] = includes.unresolved
         return Document(content=text, meta=meta), includes

@@ -616,3 +616,34 @@ class TestIncludesAndPartials:
         }
         entry = KnowledgeIndex.load(deployment.index_path).by_source()["guide/mac.md"]
         assert list(entry.includes) == ["_common/brew.md"]
+
+    def test_a_sphinx_conf_py_created_or_mended_after_indexing_indexes_the_pages_that_use_it(self, tmp_path):
+        kb = tmp_path / "kb"
+        (kb / "docs" / "syntax").mkdir(parents=True)
+        (kb / "docs" / "syntax" / "roles.md").write_text("# Roles\n\nWrite a {{role}} inline.\n", encoding="utf-8")
+        (kb / "docs" / "plain.md").write_text("# Plain\n\nNo substitution here.\n", encoding="utf-8")
+        deployment = Deployment.resolve(tmp_path / "data")
+        indexer = KnowledgeIndexer(deployment)
+
+        def page_text() -> str:
+            store = indexer.collection
+            return next(c.content for c in store.chunks_of(store.active_versions()) if "inline" in c.content)
+
+        try:
+            first = indexer.index(kb, progress=False)
+            before = page_text()
+            (kb / "docs" / "conf.py").write_text("myst_substitutions = {\n", encoding="utf-8")  # created, broken
+            created = indexer.index(kb, progress=False)
+            still = page_text()
+            (kb / "docs" / "conf.py").write_text('myst_substitutions = {"role": "MyST role"}\n', encoding="utf-8")
+            mended = indexer.index(kb, progress=False)
+            after = page_text()
+            quiet = indexer.index(kb, progress=False)
+        finally:
+            indexer.close()
+        assert first.indexed == 2 and before == "Write a {{role}} inline."
+        assert (created.indexed, still) == (1, before)  # the page, not plain.md, which uses no substitution
+        assert (mended.indexed, after) == (1, "Write a MyST role inline.")
+        assert quiet.indexed == 0
+        entry = KnowledgeIndex.load(deployment.index_path).by_source()["docs/syntax/roles.md"]
+        assert list(entry.includes) == ["docs/conf.py"]
