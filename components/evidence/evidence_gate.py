@@ -8,6 +8,7 @@ from haystack import Document, component
 from components.core.frozen import Documents, FrozenDict, FrozenList, Record
 from components.core.scores import document_key, similarity_of
 from components.core.text_matching import script_language
+from components.core.translations import translation_key
 
 NOISE_LEVELS = ("p50", "p90", "p95", "max")
 
@@ -45,7 +46,9 @@ class EvidenceGate:
     with the reason (`below_noise`, `far_below_best`, `no_evidence_on_top`). How far the first block's document
     leads the next document (the rank score of its first block over the best one of any other document's
     candidates) sets `relevance`: `high` from `high_lead`, `medium` from `medium_lead`, else `low`; of the signals
-    measured, this lead predicts best whether the first block's document is the answer. How each default was tuned,
+    measured, this lead predicts best whether the first block's document is the answer. The page's own translations
+    (`lead_skips_translations`: pages whose sources differ only by a language folder) are not the next document: they
+    say the same, and would put every bilingual site's answer at `low`. How each default was tuned,
     and on which set: docs/decisions.md.
 
     ### Usage example
@@ -75,6 +78,7 @@ class EvidenceGate:
         high_lead: float = 0.02,
         medium_lead: float = 0.006,
         trace_rejected: int = 10,
+        lead_skips_translations: bool = True,
     ) -> None:
         """
         Create the gate.
@@ -99,6 +103,8 @@ class EvidenceGate:
         :param high_lead: Lead of the first block's document over the next document from which relevance is `high`.
         :param medium_lead: The lead from which relevance is `medium` (below: `low`).
         :param trace_rejected: How many rejected candidates the trace lists.
+        :param lead_skips_translations: Measure the lead over the next document that is not a translation of the
+            first block's page (`components.core.translations.translation_key`); False: over the next document.
         :raises ValueError: If a parameter is out of range.
         """
         if noise_level not in NOISE_LEVELS:
@@ -138,6 +144,7 @@ class EvidenceGate:
         self.uncalibrated_noise = uncalibrated_noise
         self.high_lead = high_lead
         self.medium_lead = medium_lead
+        self.lead_skips_translations = lead_skips_translations
         self.trace_rejected = trace_rejected
 
     def _ceiling(self, query: str, retrieval_trace: Record) -> tuple[float, bool]:
@@ -178,11 +185,17 @@ class EvidenceGate:
             return "high"
         return "medium" if lead >= self.medium_lead else "low"
 
-    @staticmethod
-    def _lead(first: Document, documents: Documents) -> tuple[float, str | None]:
+    def _lead(self, first: Document, documents: Documents) -> tuple[float, str | None]:
         """How far the first block's rank score is above the best candidate of another document, and that document."""
         document = document_key(first.meta, first.id)
-        runner_up = next((d for d in documents if document_key(d.meta, d.id) != document), None)
+        page = translation_key(str(first.meta.get("source") or "")) if self.lead_skips_translations else None
+
+        def other(doc: Document) -> bool:
+            if document_key(doc.meta, doc.id) == document:
+                return False
+            return not page or translation_key(str(doc.meta.get("source") or "")) != page
+
+        runner_up = next((d for d in documents if other(d)), None)
         if runner_up is None:  # one document among the candidates leads by its whole score
             return first.score or 0.0, None
         return (first.score or 0.0) - (runner_up.score or 0.0), document_key(runner_up.meta, runner_up.id)

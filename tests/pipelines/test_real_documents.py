@@ -24,6 +24,11 @@ pytestmark = pytest.mark.integration
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real_docs"
 ECHO, ECHO_PAGE = "apisix/", "/latest/plugins/echo.md"  # the APISIX page in two language folders
+#: a HAMi page and its translation where Docusaurus keeps translations
+UNINSTALL, UNINSTALL_ZH = (
+    "hami/docs/installation/uninstall.md",
+    "hami/i18n/zh/docusaurus-plugin-content-docs/current/installation/uninstall.md",
+)
 
 #: markup no chunk may carry outside code: comments, MDX/JSX, shortcodes, Liquid, admonition markers, front matter
 RESIDUE = [
@@ -77,6 +82,7 @@ def build_knowledge(root: Path) -> Path:
     shutil.copytree(FIXTURES / "mintlify", root / "mintlify", ignore=shutil.ignore_patterns("LICENSE", "SOURCES.md"))
     shutil.copytree(FIXTURES / "gitlab" / "handbook", root / "gitlab")
     shutil.copytree(FIXTURES / "gitbook" / "documentation", root / "ockam")
+    shutil.copytree(FIXTURES / "hami", root / "hami", ignore=shutil.ignore_patterns("LICENSE", "SOURCES.md"))
     for kind, pattern in (("pdf", "*.pdf"), ("docx", "*.docx"), ("html", "*.html"), ("text", "doc/*.txt")):
         (root / "manuals").mkdir(exist_ok=True)
         for path in (FIXTURES / kind).glob(pattern):
@@ -405,6 +411,10 @@ class TestRealDocumentation:
                 "ockam/command/guides/aws-marketplace/ockam-node-for-amazon-timestream-influxdb.md",
             ),
             (
+                "How do I ask HAMi for Enflame GCU memory and cores instead of whole DRS slices?",
+                "hami/docs/userguide/enflame-device/enable-enflame-gcu-sharing.md",
+            ),
+            (
                 "How can several Docusaurus pages reuse the same piece of markdown?",
                 "docusaurus/guides/markdown-features/markdown-features-react.mdx",
             ),
@@ -420,6 +430,8 @@ class TestRealDocumentation:
         [
             ("echo 插件可以在生产环境中使用吗？", f"{ECHO}zh{ECHO_PAGE}", f"{ECHO}en{ECHO_PAGE}"),
             ("Can the echo plugin be used in production?", f"{ECHO}en{ECHO_PAGE}", None),
+            ("卸载 HAMi 之后，正在运行的 GPU 任务怎么处理？", UNINSTALL_ZH, UNINSTALL),
+            ("What happens to running GPU tasks when I uninstall HAMi?", UNINSTALL, None),
         ],
     )
     def test_a_question_on_a_bilingual_site_finds_the_page_in_its_own_language_first(
@@ -433,6 +445,8 @@ class TestRealDocumentation:
         assert sources[0] == first
         if second:
             assert second in sources[1:3]
+        # the lead that sets relevance is over the next page that is not the first one's translation (a near tie)
+        assert result["relevanceLevel"] != "low"
 
     @pytest.mark.parametrize("question", ["What is the capital of France?", "如何做红烧肉？"])
     def test_a_question_off_the_sites_topics_is_not_found(self, service, question):
