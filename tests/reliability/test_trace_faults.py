@@ -98,23 +98,26 @@ def _server_pids(server) -> list[int]:
 @contextlib.contextmanager
 def _stopped(server) -> Iterator[Callable[[], None]]:
     """SIGSTOP the whole server (a hung host: it accepts TCP connections and answers nothing); SIGCONT on exit."""
-    pids = _server_pids(server)
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
+    stopped: list[int] = []
     resumed = False
 
     def resume() -> None:
         nonlocal resumed
         if not resumed:
-            for pid in reversed(pids):
+            for pid in reversed(stopped):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGCONT)
             resumed = True
 
     try:
+        for pid in _server_pids(server):
+            # a backend whose client just left may be gone by now; a stopped postmaster never reaps it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
         yield resume
     finally:
-        resume()
+        resume()  # also when stopping failed half-way: a server left stopped hangs every later test that uses it
 
 
 def _wait_for(check: Callable[[], bool], seconds: float) -> bool:
