@@ -118,9 +118,10 @@ class IndexSummary:
         }
 
 
-#: bytes on disk per second assumed before a first run has measured them: the rate of a documentation site on the
-#: 2-core machine the issue measured it on (747 chars/s); `bench` reports this machine's
-DEFAULT_BYTES_PER_SECOND = 750.0
+#: bytes on disk per second assumed before a first run has measured them: whole `index` runs of two public
+#: documentation sites on a 2-core machine (WasmEdge 1,610, HAMi 1,580; docs/decisions.md D92), rounded down;
+#: `bench` reports this machine's
+DEFAULT_BYTES_PER_SECOND = 1500.0
 #: a run indexing fewer bytes than this tells too little about the rate to keep it
 RATE_SAMPLE_BYTES = 5000
 

@@ -7,6 +7,7 @@ from haystack import Document, component
 
 from components.core.frozen import Documents, FrozenDict, FrozenList
 from components.core.scores import document_key
+from components.core.versions import version_key
 
 
 @component
@@ -16,7 +17,10 @@ class EvidenceDeduper:
 
     Identity is the chunk (`source#chunk_index`), never the source alone: distinct chunks of one document stay
     separate, up to `max_per_document`. Candidates sharing a key collapse into one block that keeps the best score
-    and the hit reasons of all of them. At most `max_blocks` blocks are kept, in input (rank) order.
+    and the hit reasons of all of them. With `versions_share_cap`, a page's versions (`0.9.x.md` and `latest.md`,
+    `versioned_docs/version-2.0/x.md` and `docs/x.md`: `components.core.versions.version_key`) share that cap, so
+    that nine releases of one page do not fill the evidence with the same text. At most `max_blocks` blocks are
+    kept, in input (rank) order.
 
     ### Usage example
 
@@ -28,12 +32,13 @@ class EvidenceDeduper:
     ```
     """
 
-    def __init__(self, max_per_document: int = 2, max_blocks: int = 6) -> None:
+    def __init__(self, max_per_document: int = 2, max_blocks: int = 6, versions_share_cap: bool = True) -> None:
         """
         Create the deduper.
 
         :param max_per_document: Most blocks kept from one document.
         :param max_blocks: Most blocks kept overall.
+        :param versions_share_cap: Count the blocks of a page's other versions against its `max_per_document`.
         :raises ValueError: If a bound is not positive.
         """
         if max_per_document < 1 or max_blocks < 1:
@@ -41,6 +46,7 @@ class EvidenceDeduper:
             raise ValueError(msg)
         self.max_per_document = max_per_document
         self.max_blocks = max_blocks
+        self.versions_share_cap = versions_share_cap
 
     @component.output_types(documents=FrozenList[Document], dedup_summary=FrozenDict)
     def run(self, documents: Documents) -> dict[str, Any]:
@@ -50,8 +56,9 @@ class EvidenceDeduper:
         :param documents: Ranked candidates with `evidence_key`, `source` and `hit_reasons` in meta (a list or a
             `FrozenList`).
         :returns: `documents` (the kept blocks, copies) and `dedup_summary` (`candidate_count`, `final_count`,
-            `dropped`: `{evidence_key, source, reason}` with reason `duplicate_key`, `per_document_cap` or
-            `max_blocks`), read-only (`FrozenList`, `FrozenDict`): the pipeline hands them on without copying.
+            `dropped`: `{evidence_key, source, reason}` with reason `duplicate_key`, `per_document_cap`,
+            `page_versions_cap` or `max_blocks`), read-only (`FrozenList`, `FrozenDict`): the pipeline hands them on
+            without copying.
         """
         merged: dict[str, Document] = {}
         dropped: list[dict[str, Any]] = []
@@ -71,17 +78,22 @@ class EvidenceDeduper:
                 merged[key] = replace(doc, meta=dict(doc.meta))
         kept_blocks: list[Document] = []
         per_doc: dict[str, int] = {}
+        per_page: dict[str, int] = {}
         for key, doc in merged.items():
             doc_key = document_key(doc.meta, key)
+            page = self._page(doc, doc_key)
             reason = None
             if per_doc.get(doc_key, 0) >= self.max_per_document:
                 reason = "per_document_cap"
+            elif per_page.get(page, 0) >= self.max_per_document:
+                reason = "page_versions_cap"
             elif len(kept_blocks) >= self.max_blocks:
                 reason = "max_blocks"
             if reason:
                 dropped.append({"evidence_key": key, "source": doc.meta.get("source"), "reason": reason})
                 continue
             per_doc[doc_key] = per_doc.get(doc_key, 0) + 1
+            per_page[page] = per_page.get(page, 0) + 1
             kept_blocks.append(doc)
         summary = {
             "candidate_count": len(documents),
@@ -91,3 +103,10 @@ class EvidenceDeduper:
             "dropped": dropped,
         }
         return {"documents": FrozenList(kept_blocks), "dedup_summary": FrozenDict(summary)}
+
+    def _page(self, doc: Document, doc_key: str) -> str:
+        """The cap's key of a block: its page's versions together, or its document alone."""
+        source = doc.meta.get("source")
+        if not self.versions_share_cap or not source:
+            return doc_key
+        return "versions:" + version_key(str(source))

@@ -8,7 +8,7 @@ from haystack import Document, component
 from components.core.frozen import Documents, FrozenDict, FrozenList, Record
 from components.core.scores import document_key, similarity_of
 from components.core.text_matching import script_language
-from components.core.translations import translation_key
+from components.core.versions import page_key
 
 NOISE_LEVELS = ("p50", "p90", "p95", "max")
 
@@ -46,9 +46,10 @@ class EvidenceGate:
     with the reason (`below_noise`, `far_below_best`, `no_evidence_on_top`). How far the first block's document
     leads the next document (the rank score of its first block over the best one of any other document's
     candidates) sets `relevance`: `high` from `high_lead`, `medium` from `medium_lead`, else `low`; of the signals
-    measured, this lead predicts best whether the first block's document is the answer. The page's own translations
-    (`lead_skips_translations`: pages whose sources differ only by a language folder) are not the next document: they
-    say the same, and would put every bilingual site's answer at `low`. How each default was tuned,
+    measured, this lead predicts best whether the first block's document is the answer. The page's own copies
+    (`lead_skips_copies`: its translations, whose sources differ only by a language folder, and its versions, which
+    differ only by a release) are not the next document: they say the same, and would put every answer of a
+    bilingual or versioned site at `low`. How each default was tuned,
     and on which set: docs/decisions.md.
 
     ### Usage example
@@ -78,7 +79,7 @@ class EvidenceGate:
         high_lead: float = 0.02,
         medium_lead: float = 0.006,
         trace_rejected: int = 10,
-        lead_skips_translations: bool = True,
+        lead_skips_copies: bool = True,
     ) -> None:
         """
         Create the gate.
@@ -103,8 +104,8 @@ class EvidenceGate:
         :param high_lead: Lead of the first block's document over the next document from which relevance is `high`.
         :param medium_lead: The lead from which relevance is `medium` (below: `low`).
         :param trace_rejected: How many rejected candidates the trace lists.
-        :param lead_skips_translations: Measure the lead over the next document that is not a translation of the
-            first block's page (`components.core.translations.translation_key`); False: over the next document.
+        :param lead_skips_copies: Measure the lead over the next document that is not a translation or a version of
+            the first block's page (`components.core.versions.page_key`); False: over the next document.
         :raises ValueError: If a parameter is out of range.
         """
         if noise_level not in NOISE_LEVELS:
@@ -144,7 +145,7 @@ class EvidenceGate:
         self.uncalibrated_noise = uncalibrated_noise
         self.high_lead = high_lead
         self.medium_lead = medium_lead
-        self.lead_skips_translations = lead_skips_translations
+        self.lead_skips_copies = lead_skips_copies
         self.trace_rejected = trace_rejected
 
     def _ceiling(self, query: str, retrieval_trace: Record) -> tuple[float, bool]:
@@ -188,12 +189,12 @@ class EvidenceGate:
     def _lead(self, first: Document, documents: Documents) -> tuple[float, str | None]:
         """How far the first block's rank score is above the best candidate of another document, and that document."""
         document = document_key(first.meta, first.id)
-        page = translation_key(str(first.meta.get("source") or "")) if self.lead_skips_translations else None
+        page = page_key(str(first.meta.get("source") or "")) if self.lead_skips_copies else None
 
         def other(doc: Document) -> bool:
             if document_key(doc.meta, doc.id) == document:
                 return False
-            return not page or translation_key(str(doc.meta.get("source") or "")) != page
+            return not page or page_key(str(doc.meta.get("source") or "")) != page
 
         runner_up = next((d for d in documents if other(d)), None)
         if runner_up is None:  # one document among the candidates leads by its whole score

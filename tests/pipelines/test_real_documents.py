@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from components.core.markdown_text import without_code
+from components.core.versions import version_key
 from pipelines.indexing import IndexSummary, KnowledgeIndexer
 from pipelines.service import KnowledgeService
 from pipelines.settings import Deployment
@@ -82,7 +84,9 @@ def build_knowledge(root: Path) -> Path:
     shutil.copytree(FIXTURES / "mintlify", root / "mintlify", ignore=shutil.ignore_patterns("LICENSE", "SOURCES.md"))
     shutil.copytree(FIXTURES / "gitlab" / "handbook", root / "gitlab")
     shutil.copytree(FIXTURES / "gitbook" / "documentation", root / "ockam")
-    shutil.copytree(FIXTURES / "hami", root / "hami", ignore=shutil.ignore_patterns("LICENSE", "SOURCES.md"))
+    # HAMi's earlier releases of its uninstall page have a test of their own (`TestVersionedSite`)
+    skipped = shutil.ignore_patterns("LICENSE", "SOURCES.md", "versioned_docs")
+    shutil.copytree(FIXTURES / "hami", root / "hami", ignore=skipped)
     for kind, pattern in (("pdf", "*.pdf"), ("docx", "*.docx"), ("html", "*.html"), ("text", "doc/*.txt")):
         (root / "manuals").mkdir(exist_ok=True)
         for path in (FIXTURES / kind).glob(pattern):
@@ -467,3 +471,37 @@ class TestRealDocumentation:
     )
     def test_a_question_on_the_sites_topics_that_they_do_not_answer_is_not_found(self, service, question):
         assert service.lookup(question, session_id=None)["found"] is False
+
+
+@pytest.fixture(scope="module")
+def versioned_site(tmp_path_factory):
+    """HAMi's Docusaurus site with its current pages, their Chinese translations and three releases of one page."""
+    base = tmp_path_factory.mktemp("versioned_site")
+    shutil.copytree(FIXTURES / "hami", base / "knowledge", ignore=shutil.ignore_patterns("LICENSE", "SOURCES.md"))
+    indexer = KnowledgeIndexer(Deployment.resolve(base / "data"))
+    try:
+        summary = indexer.index(base / "knowledge", progress=False)
+    finally:
+        indexer.close()
+    assert summary.failures == [] and summary.indexed == 7
+    loaded = KnowledgeService.load(data_dir=base / "data", trace_db_url=f"sqlite:///{base / 'traces.db'}")
+    yield loaded
+    loaded.close()
+
+
+class TestVersionedSite:
+    @pytest.mark.parametrize(
+        "question",
+        ["What happens to running GPU tasks when I uninstall HAMi?", "卸载 HAMi 之后，正在运行的 GPU 任务怎么处理？"],
+    )
+    def test_a_page_kept_in_several_releases_fills_at_most_one_pages_share_of_the_evidence(
+        self, versioned_site, question
+    ):
+        # docs/ and versioned_docs/version-v1.3.0, -v2.5.0 and -v2.9.0 hold four releases of the uninstall page
+        result = versioned_site.lookup(question, session_id=None)
+        assert result["found"] is True
+        sources = [block["source"] for block in result["evidenceBlocks"]]
+        assert sources and all(source.endswith("installation/uninstall.md") for source in sources)
+        releases = Counter(version_key(source) for source in sources)  # each language's releases of the page
+        assert max(releases.values()) <= 2, sources
+        assert result["relevanceLevel"] != "low"  # the lead is over another page, not over an earlier release

@@ -44,6 +44,7 @@ class TestEvidenceDeduper:
         deduper = EvidenceDeduper()
         assert deduper.max_per_document == 2
         assert deduper.max_blocks == 6
+        assert deduper.versions_share_cap is True
 
     @pytest.mark.parametrize(
         ("kwargs", "pattern"),
@@ -59,11 +60,11 @@ class TestEvidenceDeduper:
             EvidenceDeduper(**kwargs)
 
     def test_to_dict_from_dict(self):
-        data = component_to_dict(EvidenceDeduper(max_per_document=1, max_blocks=4), "deduper")
-        assert data["init_parameters"] == {"max_per_document": 1, "max_blocks": 4}
+        data = component_to_dict(EvidenceDeduper(max_per_document=1, max_blocks=4, versions_share_cap=False), "deduper")
+        assert data["init_parameters"] == {"max_per_document": 1, "max_blocks": 4, "versions_share_cap": False}
         restored = component_from_dict(EvidenceDeduper, data, "deduper")
         assert isinstance(restored, EvidenceDeduper)
-        assert (restored.max_per_document, restored.max_blocks) == (1, 4)
+        assert (restored.max_per_document, restored.max_blocks, restored.versions_share_cap) == (1, 4, False)
         out = restored.run(documents=[_block(chunk_index=0), _block(chunk_index=1)])
         assert out["dedup_summary"]["final_count"] == 1
 
@@ -146,6 +147,22 @@ class TestEvidenceDeduper:
             {"evidence_key": "alerts/disk.md#2", "source": "alerts/disk.md", "reason": "per_document_cap"},
             {"evidence_key": "alerts/disk.md#3", "source": "alerts/disk.md", "reason": "per_document_cap"},
         ]
+
+    @pytest.mark.parametrize("share", [True, False])
+    def test_a_pages_versions_share_its_cap(self, share):
+        # WasmEdge keeps one file per release of its C API reference: nine releases filled the evidence
+        sources = ["ref/0.10.x.md", "ref/0.9.x.md", "ref/latest.md", "ref/0.10.x.md", "guide/aot.md"]
+        docs = [_block(s, i, 0.9 - i / 100) for i, s in enumerate(sources)]
+        out = EvidenceDeduper(max_per_document=2, versions_share_cap=share).run(documents=docs)
+        if share:
+            assert _keys(out["documents"]) == ["ref/0.10.x.md#0", "ref/0.9.x.md#1", "guide/aot.md#4"]
+            assert [(d["source"], d["reason"]) for d in out["dedup_summary"]["dropped"]] == [
+                ("ref/latest.md", "page_versions_cap"),
+                ("ref/0.10.x.md", "page_versions_cap"),
+            ]
+        else:
+            assert len(out["documents"]) == 5
+        assert [d.meta["source"] for d in docs] == sources  # inputs untouched
 
     def test_per_document_cap_uses_source_without_doc_id(self):
         docs = [_block(chunk_index=i, doc_id=None) for i in range(3)]

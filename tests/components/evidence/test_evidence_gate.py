@@ -45,7 +45,7 @@ class TestEvidenceGate:
         assert (gate.lexical_coverage, gate.lexical_margin, gate.min_lexical_terms) == (0.2, 0.04, 2)
         assert (gate.decision_depth, gate.max_gap, gate.noise_level) == (5, 0.02, "p95")
         assert (gate.high_lead, gate.medium_lead) == (0.02, 0.006)
-        assert (gate.uncalibrated_noise, gate.trace_rejected, gate.lead_skips_translations) == (0.935, 10, True)
+        assert (gate.uncalibrated_noise, gate.trace_rejected, gate.lead_skips_copies) == (0.935, 10, True)
 
     @pytest.mark.parametrize(
         ("kwargs", "match"),
@@ -185,15 +185,23 @@ class TestEvidenceGate:
         assert evidence["relevance"] == relevance
         assert evidence["best"]["similarity"] == 0.95
 
-    @pytest.mark.parametrize(("skips", "runner_up", "relevance"), [(True, "b.md", "high"), (False, "en/x.md", "low")])
-    def test_the_lead_is_over_the_next_page_that_is_not_the_first_ones_translation(self, skips, runner_up, relevance):
+    @pytest.mark.parametrize(
+        ("copy", "skips", "runner_up", "relevance"),
+        [
+            ("en/x.md", True, "b.md", "high"),  # its translation
+            ("en/x.md", False, "en/x.md", "low"),
+            ("v1.2/zh/x.md", True, "b.md", "high"),  # an earlier release of it
+            ("v1.2/zh/x.md", False, "v1.2/zh/x.md", "low"),
+        ],
+    )
+    def test_the_lead_is_over_the_next_page_that_is_no_copy_of_the_first(self, copy, skips, runner_up, relevance):
         docs = [cand(1, 0.95), cand(2, 0.9499), cand(3, 0.92)]
-        for doc, source in zip(docs, ("zh/x.md", "en/x.md", "b.md"), strict=True):
+        for doc, source in zip(docs, ("zh/x.md", copy, "b.md"), strict=True):
             doc.meta.update(source=source, evidence_key=f"{source}#0")
-        gate = EvidenceGate(lead_skips_translations=skips)
+        gate = EvidenceGate(lead_skips_copies=skips)
         evidence = gate.run(documents=docs, query="disk full", retrieval_trace=trace())["evidence_trace"]
         assert (evidence["runner_up"], evidence["relevance"]) == (runner_up, relevance)
-        assert [d.meta["source"] for d in docs] == ["zh/x.md", "en/x.md", "b.md"]  # inputs untouched
+        assert [d.meta["source"] for d in docs] == ["zh/x.md", copy, "b.md"]  # inputs untouched
 
     def test_a_lone_document_leads_by_its_score(self):
         evidence = EvidenceGate().run(documents=[cand(1, 0.95)], query="disk full", retrieval_trace=trace())

@@ -523,8 +523,8 @@ class TestLookupResultAssembler:
         inputs = _inputs([_doc(1)], dedup_summary={"candidate_count": 2, "dropped": dropped})
         assert LookupResultAssembler().run(**inputs)["result"]["moreAvailable"] is True
 
-    @pytest.mark.parametrize("reason", ["duplicate_key", "per_document_cap"])
-    def test_a_duplicate_or_a_capped_document_is_no_more_evidence(self, reason):
+    @pytest.mark.parametrize("reason", ["duplicate_key", "per_document_cap", "page_versions_cap"])
+    def test_a_duplicate_a_capped_document_or_another_release_is_no_more_evidence(self, reason):
         dropped = [{"evidence_key": "alerts/doc1.md#5", "source": "alerts/doc1.md", "reason": reason}]
         result = LookupResultAssembler().run(**_inputs([_doc(1)], dedup_summary={"dropped": dropped}))["result"]
         assert result["moreAvailable"] is False and result["cursor"] is None

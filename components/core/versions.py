@@ -1,0 +1,48 @@
+"""Pages that are versions of each other, as documentation sites keep them: a folder or a file per release."""
+
+from __future__ import annotations
+
+import re
+
+from components.core.translations import translation_key
+
+#: Docusaurus keeps an earlier release's page under `versioned_docs/version-<name>/`, the current one under `docs/`
+_DOCUSAURUS_VERSION = re.compile(r"^(?P<site>(?:[^/]+/)*?)versioned_docs/version-[^/]+/(?P<rest>.+)$")
+#: a folder or file stem naming a release: `0.10.x`, `v2.9.0`, `1.2`, `v3`, `2.x`, `latest`, `stable`, `next`; at
+#: most three digits a part, so that dates (`2024.01`) and numbered chapters (`1.md`) are no releases
+_RELEASE = re.compile(r"^(?:v?\d{1,3}(?:\.\d{1,3})+(?:\.x)?|v\d{1,3}|\d{1,3}\.x|latest|stable|next)$", re.IGNORECASE)
+#: what a release's file stem becomes in the key: `reference/0.9.x.md` and `reference/latest.md` are one page,
+#: `reference.md` another
+_ANY_RELEASE = "{release}"
+
+
+def version_key(source: str) -> str:
+    """
+    What a page's versions share: its source without the folders and file stem that name a release.
+
+    `embed/c/reference/0.9.x.md` and `embed/c/reference/latest.md` are one page (`embed/c/reference/{release}.md`),
+    and so are `docs/v1.2/install.md` and `docs/v1.3/install.md` (`docs/install.md`); a Docusaurus page under
+    `versioned_docs/version-2.0/` has its current version's source under `docs/` as key.
+
+    :param source: A page's path under the knowledge root, `/`-separated.
+    :returns: The key; the source itself when nothing in it names a release.
+    """
+    if "versioned_docs/" in source and (found := _DOCUSAURUS_VERSION.match(source)):
+        return found.group("site") + "docs/" + found.group("rest")
+    *folders, name = source.split("/")
+    stem, dot, suffix = name.rpartition(".") if "." in name.lstrip(".") else (name, "", "")
+    if _RELEASE.match(stem):
+        name = _ANY_RELEASE + dot + suffix
+    elif dot and _RELEASE.match(name):  # `1.2` with no suffix: the stem is the whole name
+        name = _ANY_RELEASE
+    return "/".join([*(folder for folder in folders if not _RELEASE.match(folder)), name])
+
+
+def page_key(source: str) -> str:
+    """
+    What a page's copies share: its translations (`translation_key`) and its versions (`version_key`).
+
+    :param source: A page's path under the knowledge root, `/`-separated.
+    :returns: The key.
+    """
+    return version_key(translation_key(source))
