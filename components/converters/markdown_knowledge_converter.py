@@ -19,6 +19,7 @@ from components.core.markdown_text import (
     closes_fence,
     first_heading,
     opening_fence,
+    without_code,
 )
 
 logger = logging.getLogger(__name__)
@@ -452,7 +453,7 @@ class _SiteConfiguration:
 
     source: str | None  #: the nearest `conf.py` above the page, under the knowledge root (None: there is none)
     substitutions: dict[str, str]  #: its `myst_substitutions` (empty when it has none or cannot be read)
-    watched: list[str]  #: the configuration that is there, or every place one would be read from when none is
+    watched: list[str]  #: where a nearer configuration could appear, and the one that is there (the files to watch)
 
 
 def _conf_substitutions(page: Path, root: Path) -> _SiteConfiguration:
@@ -462,7 +463,7 @@ def _conf_substitutions(page: Path, root: Path) -> _SiteConfiguration:
     the name at its top level counts.
 
     :returns: The configuration, its substitutions and the files to watch: a page re-indexes when its configuration
-        is edited (its substitutions may come, go or be mended) or, without one, when one is created.
+        is edited (its substitutions may come, go or be mended) or when one is created nearer to it.
     """
     folder = page.parent
     candidates: list[str] = []
@@ -475,8 +476,8 @@ def _conf_substitutions(page: Path, root: Path) -> _SiteConfiguration:
             except (OSError, RuntimeError):
                 inside = False
             if not inside:
-                return _SiteConfiguration(None, {}, [])
-            return _SiteConfiguration(name, _read_conf_substitutions(conf), [name])
+                return _SiteConfiguration(None, {}, candidates)
+            return _SiteConfiguration(name, _read_conf_substitutions(conf), [*candidates, name])
         candidates.append(name)
         if folder == root:
             break
@@ -677,7 +678,9 @@ class MarkdownKnowledgeConverter:
         )
         if conf is not None:  # the site's, under the page's own
             substitutions = {**conf.substitutions, **substitutions}
-        if not (_names_an_include(body) or substitutions or (conf and conf.watched)):
+        # a page whose `{{ }}` stand in code only (Liquid, Helm, GitHub Actions examples) needs no configuration watched
+        watched = conf.watched if conf is not None and _SUBSTITUTION.search(without_code(body)) else []
+        if not (_names_an_include(body) or substitutions or watched):
             return document, None
         caps = (self.max_frontmatter_bytes, self.max_frontmatter_aliases)
         includes = _Includes(root, str(document.meta["source"]), self.max_file_bytes, caps, substitutions)
@@ -688,7 +691,7 @@ class MarkdownKnowledgeConverter:
         meta["line_map"] = _line_map(origin, int(meta["line_map"][0][1]))
         if includes.included:
             meta["included_files"] = sorted(set(includes.included))
-        if conf is not None and (watched := sorted(set(conf.watched) - set(includes.included))):
+        if watched := sorted(set(watched) - set(includes.included)):
             meta["watched_files"] = watched
         if includes.unresolved:
             meta["unresolved_includes"] = includes.unresolved

@@ -174,8 +174,8 @@ class EvidenceDecision(_Contract):
     calibrated: bool = False
     rule: EvidenceRule = Field(default_factory=EvidenceRule)
     best: BestEvidence | None = None
-    #: rank score of the first block over the best candidate of another document (`runner_up`; not the first page's
-    #: translation): sets `relevance`
+    #: rank score of the first block over the best candidate of another document (`runner_up`; not a translation or
+    #: a release of the first block's page): sets `relevance`
     lead: float | None = None
     runner_up: str | None = None
     relevance: Literal["high", "medium", "low", "none"] = "none"

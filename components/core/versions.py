@@ -6,11 +6,18 @@ import re
 
 from components.core.translations import translation_key
 
-#: Docusaurus keeps an earlier release's page under `versioned_docs/version-<name>/`, the current one under `docs/`
+#: Docusaurus keeps an earlier release's page under `versioned_docs/version-<name>/`, the current one under `docs/`,
+#: and their translations under `i18n/<language>/docusaurus-plugin-content-docs/version-<name>/` and `current/`
 _DOCUSAURUS_VERSION = re.compile(r"^(?P<site>(?:[^/]+/)*?)versioned_docs/version-[^/]+/(?P<rest>.+)$")
-#: a folder or file stem naming a release: `0.10.x`, `v2.9.0`, `1.2`, `v3`, `2.x`, `latest`, `stable`, `next`; at
-#: most three digits a part, so that dates (`2024.01`) and numbered chapters (`1.md`) are no releases
-_RELEASE = re.compile(r"^(?:v?\d{1,3}(?:\.\d{1,3})+(?:\.x)?|v\d{1,3}|\d{1,3}\.x|latest|stable|next)$", re.IGNORECASE)
+_DOCUSAURUS_TRANSLATED_VERSION = re.compile(
+    r"^(?P<plugin>(?:[^/]+/)*?i18n/[^/]+/docusaurus-plugin-content-docs/)version-[^/]+/(?P<rest>.+)$"
+)
+#: a folder naming a release: `0.10.x`, `v2.9.0`, `1.2`, `v3`, `2.x`, `latest`, `stable`; at most three digits a part,
+#: so that years and dates (`2024`, `2024.01`) are none (`next` is none either: a Next.js folder is named so)
+_RELEASE_FOLDER = re.compile(r"^(?:v?\d{1,3}(?:\.\d{1,3})+(?:\.x)?|v\d{1,3}|\d{1,3}\.x|latest|stable)$", re.IGNORECASE)
+#: a file stem naming a release of the page beside it: `0.9.x`, `2.x`, `latest` (a bare number is not: one file per
+#: release is how release notes (`whatsnew/3.12.md`) and numbered sections (`book/1.2.md`) are kept, each its own page)
+_RELEASE_STEM = re.compile(r"^(?:v?\d{1,3}(?:\.\d{1,3})*\.x|latest)$", re.IGNORECASE)
 #: what a release's file stem becomes in the key: `reference/0.9.x.md` and `reference/latest.md` are one page,
 #: `reference.md` another
 _ANY_RELEASE = "{release}"
@@ -22,20 +29,23 @@ def version_key(source: str) -> str:
 
     `embed/c/reference/0.9.x.md` and `embed/c/reference/latest.md` are one page (`embed/c/reference/{release}.md`),
     and so are `docs/v1.2/install.md` and `docs/v1.3/install.md` (`docs/install.md`); a Docusaurus page under
-    `versioned_docs/version-2.0/` has its current version's source under `docs/` as key.
+    `versioned_docs/version-2.0/` has its current version's source under `docs/` as key, and a translated release
+    its current translation's.
 
     :param source: A page's path under the knowledge root, `/`-separated.
     :returns: The key; the source itself when nothing in it names a release.
     """
     if "versioned_docs/" in source and (found := _DOCUSAURUS_VERSION.match(source)):
         return found.group("site") + "docs/" + found.group("rest")
+    if "i18n/" in source and (found := _DOCUSAURUS_TRANSLATED_VERSION.match(source)):
+        return found.group("plugin") + "current/" + found.group("rest")
     *folders, name = source.split("/")
     stem, dot, suffix = name.rpartition(".") if "." in name.lstrip(".") else (name, "", "")
-    if _RELEASE.match(stem):
-        name = _ANY_RELEASE + dot + suffix
-    elif dot and _RELEASE.match(name):  # `1.2` with no suffix: the stem is the whole name
+    if _RELEASE_STEM.match(name):  # no suffix: `2.x` is the whole name
         name = _ANY_RELEASE
-    return "/".join([*(folder for folder in folders if not _RELEASE.match(folder)), name])
+    elif dot and _RELEASE_STEM.match(stem):
+        name = _ANY_RELEASE + dot + suffix
+    return "/".join([*(folder for folder in folders if not _RELEASE_FOLDER.match(folder)), name])
 
 
 def page_key(source: str) -> str:

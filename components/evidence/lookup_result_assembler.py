@@ -43,8 +43,9 @@ def _score_label(doc: Document, ceiling: float | None) -> str:
 
 
 #: why the deduper leaves out a block that more pages may bring (a duplicate key is the same chunk; the per-document
-#: cap keeps one document from filling the result, and `read_document` reads the rest of it)
-_MORE_REASONS = ("max_blocks",)
+#: cap keeps one document from filling the result, and `read_document` reads the rest of it); another release of a
+#: page already shown is more: the agent does not know its source, and the next page brings it
+_MORE_REASONS = ("max_blocks", "page_versions_cap")
 
 
 def _citation(meta: Record) -> str:

@@ -363,6 +363,7 @@ class TestMarkdownKnowledgeConverter:
         [doc] = MarkdownKnowledgeConverter().run(sources=[page], meta=meta)["documents"]
         assert doc.content == "A [role](#roles), a directive, four.\n"
         assert doc.meta["included_files"] == ["docs/conf.py"]  # its edits re-index the page
+        assert doc.meta["watched_files"] == ["docs/syntax/conf.py"]  # and so would a nearer one, once created
         assert not ran.exists()
         (tmp_path / "docs" / "conf.py").write_text("myst_substitutions = dict(role=open('/etc/passwd').read())\n")
         [plain] = MarkdownKnowledgeConverter().run(sources=[page], meta=meta)["documents"]
@@ -370,19 +371,19 @@ class TestMarkdownKnowledgeConverter:
         (tmp_path / "docs" / "conf.py").write_text("myst_substitutions = {\n")
         [broken] = MarkdownKnowledgeConverter().run(sources=[page], meta=meta)["documents"]
         assert broken.content == plain.content and "included_files" not in broken.meta
-        assert broken.meta["watched_files"] == ["docs/conf.py"]  # mending it re-indexes the page
+        assert broken.meta["watched_files"] == ["docs/conf.py", "docs/syntax/conf.py"]  # mending it re-indexes the page
 
     def test_a_page_with_substitutions_and_no_conf_py_watches_every_place_one_would_be_read_from(self, tmp_path: Path):
         (tmp_path / "docs" / "syntax").mkdir(parents=True)
         page = tmp_path / "docs" / "syntax" / "p.md"
         page.write_text("A {{role}}.\n")
         hugo = tmp_path / "docs" / "hugo.md"
-        hugo.write_text('{{< note >}}Hi{{< /note >}} and {{% include "x.md" %}}\n')
+        hugo.write_text("{{< note >}}Hi{{< /note >}}\n\n```yaml\nimage: {{ .Values.image }}\n```\n`{{ page.title }}`\n")
         metas = [{"source": "docs/syntax/p.md"}, {"source": "docs/hugo.md"}]
         [doc, other] = MarkdownKnowledgeConverter().run(sources=[page, hugo], meta=metas)["documents"]
         assert doc.content == "A {{role}}.\n"
         assert doc.meta["watched_files"] == ["conf.py", "docs/conf.py", "docs/syntax/conf.py"]
-        assert "watched_files" not in other.meta  # no MyST substitution on it: no configuration to watch
+        assert "watched_files" not in other.meta  # `{{ }}` in code only: no configuration to watch
 
     def test_included_files_names_what_each_page_includes_parsing_only_pages_that_name_an_include(
         self, tmp_path: Path, monkeypatch

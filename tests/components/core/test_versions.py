@@ -19,13 +19,26 @@ class TestVersionKey:
             ("docs/V2/install.md", "docs/install.md"),
             ("content/en/docs/2.x/setup.md", "content/en/docs/setup.md"),
             ("docs/stable/install.md", "docs/install.md"),
+            ("docs/latest/install.md", "docs/install.md"),
             # Docusaurus: earlier releases under versioned_docs/version-<name>/, the current one under docs/
             ("versioned_docs/version-v2.9.0/installation/uninstall.md", "docs/installation/uninstall.md"),
             ("site/versioned_docs/version-2.0/a/b.md", "site/docs/a/b.md"),
-            # no release: numbered chapters, dates, years, plain names
+            # ... and a translated release its current translation's
+            (
+                "i18n/zh/docusaurus-plugin-content-docs/version-v2.9.0/a.md",
+                "i18n/zh/docusaurus-plugin-content-docs/current/a.md",
+            ),
+            ("embed/c/reference/2.x", "embed/c/reference/{release}"),  # a whole name without a suffix
+            # no release: numbered chapters and sections, release notes, dates, years, Next.js, plain names
             ("book/1.md", "book/1.md"),
+            ("book/1.2.md", "book/1.2.md"),
+            ("whatsnew/3.12.md", "whatsnew/3.12.md"),
+            ("releases/v1.2.0.md", "releases/v1.2.0.md"),
+            ("channels/stable.md", "channels/stable.md"),
+            ("frameworks/next/install.md", "frameworks/next/install.md"),
             ("blog/2024.01.md", "blog/2024.01.md"),
             ("changelog/2023/notes.md", "changelog/2023/notes.md"),
+            ("docs/v1.2", "docs/v1.2"),
             ("reference.md", "reference.md"),
             ("README", "README"),
             ("", ""),

@@ -518,13 +518,14 @@ class TestLookupResultAssembler:
         assert page.delivered == ("alerts/doc9.md#9", "alerts/doc1.md#1", "alerts/doc2.md#2")
         assert "cursor" in result["message"]
 
-    def test_blocks_over_the_block_cap_are_more_available(self):
-        dropped = [{"evidence_key": "alerts/doc7.md#7", "source": "alerts/doc7.md", "reason": "max_blocks"}]
+    @pytest.mark.parametrize("reason", ["max_blocks", "page_versions_cap"])
+    def test_blocks_over_the_block_cap_or_other_releases_are_more_available(self, reason):
+        dropped = [{"evidence_key": "alerts/doc7.md#7", "source": "alerts/doc7.md", "reason": reason}]
         inputs = _inputs([_doc(1)], dedup_summary={"candidate_count": 2, "dropped": dropped})
         assert LookupResultAssembler().run(**inputs)["result"]["moreAvailable"] is True
 
-    @pytest.mark.parametrize("reason", ["duplicate_key", "per_document_cap", "page_versions_cap"])
-    def test_a_duplicate_a_capped_document_or_another_release_is_no_more_evidence(self, reason):
+    @pytest.mark.parametrize("reason", ["duplicate_key", "per_document_cap"])
+    def test_a_duplicate_or_a_capped_document_is_no_more_evidence(self, reason):
         dropped = [{"evidence_key": "alerts/doc1.md#5", "source": "alerts/doc1.md", "reason": reason}]
         result = LookupResultAssembler().run(**_inputs([_doc(1)], dedup_summary={"dropped": dropped}))["result"]
         assert result["moreAvailable"] is False and result["cursor"] is None
