@@ -12,12 +12,20 @@ _DOCUSAURUS_VERSION = re.compile(r"^(?P<site>(?:[^/]+/)*?)versioned_docs/version
 _DOCUSAURUS_TRANSLATED_VERSION = re.compile(
     r"^(?P<plugin>(?:[^/]+/)*?i18n/[^/]+/docusaurus-plugin-content-docs/)version-[^/]+/(?P<rest>.+)$"
 )
+#: the release of a Docusaurus page kept under `version-<name>/`, in English or translated
+_DOCUSAURUS_RELEASE = re.compile(
+    r"(?:^|/)(?:versioned_docs|i18n/[^/]+/docusaurus-plugin-content-docs)/version-(?P<release>[^/]+)/"
+)
 #: a folder naming a release: `0.10.x`, `v2.9.0`, `1.2`, `v3`, `2.x`, `latest`, `stable`; at most three digits a part,
 #: so that years and dates (`2024`, `2024.01`) are none (`next` is none either: a Next.js folder is named so)
 _RELEASE_FOLDER = re.compile(r"^(?:v?\d{1,3}(?:\.\d{1,3})+(?:\.x)?|v\d{1,3}|\d{1,3}\.x|latest|stable)$", re.IGNORECASE)
 #: a file stem naming a release of the page beside it: `0.9.x`, `2.x`, `latest` (a bare number is not: one file per
 #: release is how release notes (`whatsnew/3.12.md`) and numbered sections (`book/1.2.md`) are kept, each its own page)
 _RELEASE_STEM = re.compile(r"^(?:v?\d{1,3}(?:\.\d{1,3})*\.x|latest)$", re.IGNORECASE)
+#: a release named in a question: `v1.3.0`, `2.9`, `0.9.x`, `v3` (a bare `3` is any number, not a release)
+_NAMED_RELEASE = re.compile(
+    r"(?<![\w.])(?:v?\d{1,3}(?:\.\d{1,3})+(?:\.x)?|v\d{1,3}|\d{1,3}\.x)(?![\w.]*\w)", re.IGNORECASE
+)
 #: what a release's file stem becomes in the key: `reference/0.9.x.md` and `reference/latest.md` are one page,
 #: `reference.md` another
 _ANY_RELEASE = "{release}"
@@ -56,3 +64,67 @@ def page_key(source: str) -> str:
     :returns: The key.
     """
     return version_key(translation_key(source))
+
+
+def release_of(source: str) -> str | None:
+    """
+    The release a page's source names: a Docusaurus `version-<name>` folder, a release folder or a release file stem.
+
+    :param source: A page's path under the knowledge root, `/`-separated.
+    :returns: The release (`v1.3.0`, `0.9.x`, `latest`), or None for a page no release names (the current one).
+    """
+    if found := _DOCUSAURUS_RELEASE.search(source):
+        return found.group("release")
+    *folders, name = source.split("/")
+    for folder in folders:
+        if _RELEASE_FOLDER.match(folder):
+            return folder
+    stem = name.rpartition(".")[0] if "." in name.lstrip(".") else name
+    for candidate in (name, stem):
+        if _RELEASE_STEM.match(candidate):
+            return candidate
+    return None
+
+
+def release_order(release: str | None, named: frozenset[str] = frozenset()) -> tuple[int, tuple[float, ...]]:
+    """
+    Where a release of a page stands among the page's releases: the one a question names, then the current page,
+    then `latest` and `stable`, then numbered releases from the newest.
+
+    :param release: What `release_of` gives for the page.
+    :param named: The releases the question names (`named_releases`).
+    :returns: A sort key (smaller first).
+    """
+    if release is not None and any(_names(question, release) for question in named):
+        return (0, ())
+    if release is None:
+        return (1, ())
+    if release.casefold() in ("latest", "stable"):
+        return (2, ())
+    return (3, tuple(-part for part in _numbers(release)))
+
+
+def named_releases(text: str) -> frozenset[str]:
+    """
+    The releases a question names (`v1.3.0`, `2.9`, `0.9.x`), without a leading `v`.
+
+    :param text: The question.
+    :returns: The releases, normalised as `release_order` compares them.
+    """
+    return frozenset(_release_number(found) for found in _NAMED_RELEASE.findall(text))
+
+
+def _names(named: str, release: str) -> bool:
+    """Whether a release named in a question (`2.9`) is this one (`v2.9.0`, `2.9.x`): its parts begin the release's."""
+    wanted = [part for part in named.split(".") if part != "x"]
+    return _release_number(release).split(".")[: len(wanted)] == wanted
+
+
+def _release_number(release: str) -> str:
+    return release.casefold().removeprefix("v")
+
+
+def _numbers(release: str) -> tuple[float, ...]:
+    """`v2.9.0` as (2, 9, 0), `0.9.x` as (0, 9, inf): a `.x` release stands for the newest of its series."""
+    parts = _release_number(release).split(".")
+    return tuple(float("inf") if part == "x" else float(part) for part in parts if part.isdigit() or part == "x")

@@ -7,7 +7,7 @@ from haystack import Document, component
 
 from components.core.frozen import Documents, FrozenDict, FrozenList
 from components.core.scores import document_key
-from components.core.versions import version_key
+from components.core.versions import named_releases, release_of, release_order, version_key
 
 
 @component
@@ -19,26 +19,36 @@ class EvidenceDeduper:
     separate, up to `max_per_document`. Candidates sharing a key collapse into one block that keeps the best score
     and the hit reasons of all of them. With `versions_share_cap`, a page's versions (`0.9.x.md` and `latest.md`,
     `versioned_docs/version-2.0/x.md` and `docs/x.md`: `components.core.versions.version_key`) share that cap, so
-    that nine releases of one page do not fill the evidence with the same text. At most `max_blocks` blocks are
-    kept, in input (rank) order.
+    that nine releases of one page do not fill the evidence with the same text. With `order_releases`, the ranks a
+    page's releases earned go to them in the order a reader wants them: the release the question names (`v1.3`), the
+    current page, `latest`/`stable`, then the newest number first; a release's block whose text another release
+    already gave is left out (`same_text_as_release`). At most `max_blocks` blocks are kept, in input (rank) order.
 
     ### Usage example
 
     ```python
     from components.evidence.evidence_deduper import EvidenceDeduper
 
-    out = EvidenceDeduper(max_per_document=2).run(documents=reranked)
+    out = EvidenceDeduper(max_per_document=2).run(documents=reranked, query="How do I upgrade to v2.9?")
     print(out["dedup_summary"]["dropped"])
     ```
     """
 
-    def __init__(self, max_per_document: int = 2, max_blocks: int = 6, versions_share_cap: bool = True) -> None:
+    def __init__(
+        self,
+        max_per_document: int = 2,
+        max_blocks: int = 6,
+        versions_share_cap: bool = True,
+        order_releases: bool = True,
+    ) -> None:
         """
         Create the deduper.
 
         :param max_per_document: Most blocks kept from one document.
         :param max_blocks: Most blocks kept overall.
         :param versions_share_cap: Count the blocks of a page's other versions against its `max_per_document`.
+        :param order_releases: Give the ranks a page's releases earned to the named, then the current, then the newest
+            release, and leave out a release's block whose text another release's block already holds.
         :raises ValueError: If a bound is not positive.
         """
         if max_per_document < 1 or max_blocks < 1:
@@ -47,18 +57,20 @@ class EvidenceDeduper:
         self.max_per_document = max_per_document
         self.max_blocks = max_blocks
         self.versions_share_cap = versions_share_cap
+        self.order_releases = order_releases
 
     @component.output_types(documents=FrozenList[Document], dedup_summary=FrozenDict)
-    def run(self, documents: Documents) -> dict[str, Any]:
+    def run(self, documents: Documents, query: str | None = None) -> dict[str, Any]:
         """
         Deduplicate ranked candidates.
 
         :param documents: Ranked candidates with `evidence_key`, `source` and `hit_reasons` in meta (a list or a
             `FrozenList`).
+        :param query: The question, for the releases it names (`order_releases`).
         :returns: `documents` (the kept blocks, copies) and `dedup_summary` (`candidate_count`, `final_count`,
-            `dropped`: `{evidence_key, source, reason}` with reason `duplicate_key`, `per_document_cap`,
-            `page_versions_cap` or `max_blocks`), read-only (`FrozenList`, `FrozenDict`): the pipeline hands them on
-            without copying.
+            `dropped`: `{evidence_key, source, reason}` with reason `duplicate_key`, `same_text_as_release`,
+            `per_document_cap`, `page_versions_cap` or `max_blocks`), read-only (`FrozenList`, `FrozenDict`): the
+            pipeline hands them on without copying.
         """
         merged: dict[str, Document] = {}
         dropped: list[dict[str, Any]] = []
@@ -76,14 +88,22 @@ class EvidenceDeduper:
                 dropped.append({"evidence_key": key, "source": doc.meta.get("source"), "reason": "duplicate_key"})
             else:
                 merged[key] = replace(doc, meta=dict(doc.meta))
+        ranked = list(merged.items())
+        if self.order_releases:
+            ranked = _releases_in_order(ranked, named_releases(query or ""))
         kept_blocks: list[Document] = []
         per_doc: dict[str, int] = {}
         per_page: dict[str, int] = {}
-        for key, doc in merged.items():
+        given: dict[tuple[str, str], str] = {}  # (page, text) -> the source that gave it
+        for key, doc in ranked:
             doc_key = document_key(doc.meta, key)
             page = self._page(doc, doc_key)
+            source = str(doc.meta.get("source") or doc_key)
+            text = (version_key(source), (doc.content or "").strip())
             reason = None
-            if per_doc.get(doc_key, 0) >= self.max_per_document:
+            if self.order_releases and given.get(text, source) != source:
+                reason = "same_text_as_release"
+            elif per_doc.get(doc_key, 0) >= self.max_per_document:
                 reason = "per_document_cap"
             elif per_page.get(page, 0) >= self.max_per_document:
                 reason = "page_versions_cap"
@@ -94,6 +114,7 @@ class EvidenceDeduper:
                 continue
             per_doc[doc_key] = per_doc.get(doc_key, 0) + 1
             per_page[page] = per_page.get(page, 0) + 1
+            given.setdefault(text, source)
             kept_blocks.append(doc)
         summary = {
             "candidate_count": len(documents),
@@ -110,3 +131,25 @@ class EvidenceDeduper:
         if not self.versions_share_cap or not source:
             return doc_key
         return "versions:" + version_key(str(source))
+
+
+def _releases_in_order(ranked: list[tuple[str, Document]], named: frozenset[str]) -> list[tuple[str, Document]]:
+    """
+    The ranks a page's releases earned, given to them in `release_order`: the best rank goes to the named release,
+    else the current page, whichever release's chunk earned it; within a release, blocks keep their order.
+    """
+    groups: dict[str, list[int]] = {}
+    for position, (_, doc) in enumerate(ranked):
+        if source := doc.meta.get("source"):
+            groups.setdefault(version_key(str(source)), []).append(position)
+    ordered = list(ranked)
+    for positions in groups.values():
+        releases = {release_of(str(ranked[i][1].meta["source"])) for i in positions}
+        if len(releases) < 2:
+            continue
+        preferred = sorted(
+            positions, key=lambda i: (release_order(release_of(str(ranked[i][1].meta["source"])), named), i)
+        )
+        for place, position in zip(positions, preferred, strict=True):
+            ordered[place] = ranked[position]
+    return ordered

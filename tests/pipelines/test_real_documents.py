@@ -505,3 +505,18 @@ class TestVersionedSite:
         releases = Counter(version_key(source) for source in sources)  # each language's releases of the page
         assert max(releases.values()) <= 2, sources
         assert result["relevanceLevel"] != "low"  # the lead is over another page, not over an earlier release
+
+    @pytest.mark.parametrize(
+        ("question", "release"),
+        [
+            # the two oldest releases' pages scored highest here: the current page is what a reader wants
+            ("How do I uninstall HAMi?", "docs/installation/uninstall.md"),
+            ("How do I uninstall HAMi 2.5?", "versioned_docs/version-v2.5.0/installation/uninstall.md"),
+        ],
+    )
+    def test_the_current_release_comes_first_unless_the_question_names_another(self, versioned_site, question, release):
+        result = versioned_site.lookup(question, session_id=None)
+        blocks = result["evidenceBlocks"]
+        assert blocks and blocks[0]["source"] == release, [block["source"] for block in blocks]
+        texts = [block["content"] for block in blocks]
+        assert len(set(texts)) == len(texts)  # a release's text another release already gave is not given twice

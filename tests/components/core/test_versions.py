@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.core.versions import page_key, version_key
+from components.core.versions import named_releases, page_key, release_of, release_order, version_key
 
 
 class TestVersionKey:
@@ -60,3 +60,52 @@ class TestVersionKey:
         assert keys == {"docs/installation/uninstall.md"}
         assert page_key("apisix/zh/latest/plugins/echo.md") == page_key("apisix/en/latest/plugins/echo.md")
         assert page_key("docs/installation/upgrade.md") != page_key("docs/installation/uninstall.md")
+
+
+class TestReleases:
+    @pytest.mark.parametrize(
+        ("source", "release"),
+        [
+            ("versioned_docs/version-v1.3.0/installation/uninstall.md", "v1.3.0"),
+            ("site/versioned_docs/version-2.0/a/b.md", "2.0"),
+            ("i18n/zh/docusaurus-plugin-content-docs/version-v2.9.0/a.md", "v2.9.0"),
+            ("i18n/zh/docusaurus-plugin-content-docs/current/a.md", None),
+            ("docs/installation/uninstall.md", None),
+            ("embed/c/reference/0.9.x.md", "0.9.x"),
+            ("embed/c/reference/latest.md", "latest"),
+            ("embed/c/reference/2.x", "2.x"),
+            ("docs/v1.2/install.md", "v1.2"),
+            ("docs/stable/install.md", "stable"),
+            # what `version_key` keeps as a page of its own names no release either
+            ("whatsnew/3.12.md", None),
+            ("releases/v1.2.0.md", None),
+            ("channels/stable.md", None),
+            ("blog/2024.01.md", None),
+            ("", None),
+        ],
+    )
+    def test_the_release_a_source_names(self, source: str, release: str | None):
+        assert release_of(source) == release
+
+    def test_the_named_release_then_the_current_page_then_latest_then_the_newest_number(self):
+        releases = ["v1.3.0", None, "0.9.x", "v2.10.0", "latest", "v2.9.0", "1.2"]
+        assert sorted(releases, key=release_order) == [None, "latest", "v2.10.0", "v2.9.0", "v1.3.0", "1.2", "0.9.x"]
+        named = named_releases("How do I uninstall HAMi v1.3?")
+        assert sorted(releases, key=lambda r: release_order(r, named))[:2] == ["v1.3.0", None]
+
+    @pytest.mark.parametrize(
+        ("question", "named"),
+        [
+            ("How do I uninstall HAMi v1.3.0?", {"1.3.0"}),
+            ("HAMi 2.9 卸载", {"2.9"}),
+            ("the 0.9.x C API", {"0.9.x"}),
+            ("what changed in V3", {"3"}),
+            # numbers that name no release: a count, a year, a date, a version inside a word or a file name
+            ("set replicas to 3", set()),
+            ("the 2024.01 release notes", set()),
+            ("python3.11 and e5-small", set()),
+            ("config.v1.yaml", set()),
+        ],
+    )
+    def test_the_releases_a_question_names(self, question: str, named: set[str]):
+        assert named_releases(question) == named

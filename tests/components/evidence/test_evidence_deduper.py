@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
@@ -45,6 +47,7 @@ class TestEvidenceDeduper:
         assert deduper.max_per_document == 2
         assert deduper.max_blocks == 6
         assert deduper.versions_share_cap is True
+        assert deduper.order_releases is True
 
     @pytest.mark.parametrize(
         ("kwargs", "pattern"),
@@ -60,11 +63,18 @@ class TestEvidenceDeduper:
             EvidenceDeduper(**kwargs)
 
     def test_to_dict_from_dict(self):
-        data = component_to_dict(EvidenceDeduper(max_per_document=1, max_blocks=4, versions_share_cap=False), "deduper")
-        assert data["init_parameters"] == {"max_per_document": 1, "max_blocks": 4, "versions_share_cap": False}
+        deduper = EvidenceDeduper(max_per_document=1, max_blocks=4, versions_share_cap=False, order_releases=False)
+        data = component_to_dict(deduper, "deduper")
+        assert data["init_parameters"] == {
+            "max_per_document": 1,
+            "max_blocks": 4,
+            "versions_share_cap": False,
+            "order_releases": False,
+        }
         restored = component_from_dict(EvidenceDeduper, data, "deduper")
         assert isinstance(restored, EvidenceDeduper)
         assert (restored.max_per_document, restored.max_blocks, restored.versions_share_cap) == (1, 4, False)
+        assert restored.order_releases is False
         out = restored.run(documents=[_block(chunk_index=0), _block(chunk_index=1)])
         assert out["dedup_summary"]["final_count"] == 1
 
@@ -153,7 +163,8 @@ class TestEvidenceDeduper:
         # WasmEdge keeps one file per release of its C API reference: nine releases filled the evidence
         sources = ["ref/0.10.x.md", "ref/0.9.x.md", "ref/latest.md", "ref/0.10.x.md", "guide/aot.md"]
         docs = [_block(s, i, 0.9 - i / 100) for i, s in enumerate(sources)]
-        out = EvidenceDeduper(max_per_document=2, versions_share_cap=share).run(documents=docs)
+        # in rank order (the order of releases has a test of its own)
+        out = EvidenceDeduper(max_per_document=2, versions_share_cap=share, order_releases=False).run(documents=docs)
         if share:
             assert _keys(out["documents"]) == ["ref/0.10.x.md#0", "ref/0.9.x.md#1", "guide/aot.md#4"]
             assert [(d["source"], d["reason"]) for d in out["dedup_summary"]["dropped"]] == [
@@ -163,6 +174,72 @@ class TestEvidenceDeduper:
         else:
             assert len(out["documents"]) == 5
         assert [d.meta["source"] for d in docs] == sources  # inputs untouched
+
+    @pytest.mark.parametrize("order", [True, False])
+    def test_the_ranks_a_pages_releases_earned_go_to_the_current_one_first(self, order):
+        # HAMi: the two oldest releases' chunks scored highest, the current page's lower
+        old, older, current = (
+            "versioned_docs/version-v2.5.0/uninstall.md",
+            "versioned_docs/version-v1.3.0/uninstall.md",
+            "docs/uninstall.md",
+        )
+        sources = [older, old, "docs/install.md", current, current]
+        docs = [
+            _block(s, i, 0.96 - i / 100, doc_id=s) for i, s in enumerate(sources)
+        ]  # one doc_id per release: they are documents of their own
+        out = EvidenceDeduper(max_per_document=2, order_releases=order).run(documents=docs, query="uninstall HAMi")
+        kept = [(d.meta["source"], d.meta["chunk_index"]) for d in out["documents"]]
+        if order:
+            # the page's first two ranks (0 and 1) go to the current page's chunks, the other page keeps its rank
+            assert kept == [(current, 3), (current, 4), ("docs/install.md", 2)]
+            assert [d.score for d in out["documents"]] == [docs[3].score, docs[4].score, docs[2].score]
+        else:
+            assert kept == [(older, 0), (old, 1), ("docs/install.md", 2)]
+
+    def test_a_release_the_question_names_comes_first(self):
+        sources = [
+            "docs/uninstall.md",
+            "versioned_docs/version-v2.9.0/uninstall.md",
+            "versioned_docs/version-v1.3.0/uninstall.md",
+        ]
+        docs = [_block(s, i, 0.9 - i / 100, doc_id=s) for i, s in enumerate(sources)]
+        for query, first in (
+            ("How do I uninstall HAMi v1.3?", sources[2]),
+            ("How do I uninstall HAMi 2.9.0?", sources[1]),
+            ("How do I uninstall HAMi?", sources[0]),
+            (None, sources[0]),
+        ):
+            out = EvidenceDeduper(max_per_document=3).run(documents=docs, query=query)
+            assert out["documents"][0].meta["source"] == first, query
+
+    def test_a_releases_block_with_the_text_another_release_gave_is_left_out(self):
+        same = "Run helm uninstall hami -n kube-system."
+        docs = [
+            _block("docs/uninstall.md", 0, 0.96, doc_id="current"),
+            _block("versioned_docs/version-v2.9.0/uninstall.md", 0, 0.96, doc_id="v2.9.0"),
+            _block("versioned_docs/version-v2.9.0/uninstall.md", 1, 0.95, doc_id="v2.9.0"),
+            _block("docs/other.md", 0, 0.94, doc_id="other"),  # the same words on another page are its own evidence
+            _block("docs/other.md", 1, 0.93, doc_id="other"),  # ... and twice on one page, twice
+        ]
+        docs = [
+            replace(d, content=same) if d.meta["chunk_index"] == 0 or d.meta["doc_id"] == "other" else d for d in docs
+        ]
+        out = EvidenceDeduper(max_per_document=2).run(documents=docs)
+        assert [d.meta["evidence_key"] for d in out["documents"]] == [
+            "docs/uninstall.md#0",
+            "versioned_docs/version-v2.9.0/uninstall.md#1",
+            "docs/other.md#0",
+            "docs/other.md#1",
+        ]
+        assert out["dedup_summary"]["dropped"] == [
+            {
+                "evidence_key": "versioned_docs/version-v2.9.0/uninstall.md#0",
+                "source": "versioned_docs/version-v2.9.0/uninstall.md",
+                "reason": "same_text_as_release",
+            }
+        ]
+        kept = EvidenceDeduper(max_per_document=2, order_releases=False).run(documents=docs)
+        assert len(kept["documents"]) == 4 and kept["documents"][1].meta["chunk_index"] == 0
 
     def test_per_document_cap_uses_source_without_doc_id(self):
         docs = [_block(chunk_index=i, doc_id=None) for i in range(3)]
