@@ -22,9 +22,11 @@ _RELEASE_FOLDER = re.compile(r"^(?:v?\d{1,3}(?:\.\d{1,3})+(?:\.x)?|v\d{1,3}|\d{1
 #: a file stem naming a release of the page beside it: `0.9.x`, `2.x`, `latest` (a bare number is not: one file per
 #: release is how release notes (`whatsnew/3.12.md`) and numbered sections (`book/1.2.md`) are kept, each its own page)
 _RELEASE_STEM = re.compile(r"^(?:v?\d{1,3}(?:\.\d{1,3})*\.x|latest)$", re.IGNORECASE)
-#: a release named in a question: `v1.3.0`, `2.9`, `0.9.x`, `v3` (a bare `3` is any number, not a release)
+#: a release named in a question: `v1.3.0`, `2.9`, `0.9.x`, `v3` (a bare `3` is any number, not a release, and
+#: `$1.5` a price); it may stand right next to Chinese text (`v1.3.0版本`), not inside a word (`python3.11`)
 _NAMED_RELEASE = re.compile(
-    r"(?<![\w.])(?:v?\d{1,3}(?:\.\d{1,3})+(?:\.x)?|v\d{1,3}|\d{1,3}\.x)(?![\w.]*\w)", re.IGNORECASE
+    r"(?<![A-Za-z0-9_.$€£¥])(?:v?\d{1,3}(?:\.\d{1,3})+(?:\.x)?|v\d{1,3}|v?\d{1,3}\.x)(?![A-Za-z0-9_]|\.[A-Za-z0-9_])",
+    re.IGNORECASE,
 )
 #: what a release's file stem becomes in the key: `reference/0.9.x.md` and `reference/latest.md` are one page,
 #: `reference.md` another
@@ -88,20 +90,23 @@ def release_of(source: str) -> str | None:
 
 def release_order(release: str | None, named: frozenset[str] = frozenset()) -> tuple[int, tuple[float, ...]]:
     """
-    Where a release of a page stands among the page's releases: the one a question names, then the current page,
-    then `latest` and `stable`, then numbered releases from the newest.
+    Where a release of a page stands among the page's releases, as a sort key.
+
+    First the releases the question names (the newest first when it names a series: `v2`), then the current page,
+    then `latest` and `stable`, then numbered releases from the newest, then releases named otherwise (`legacy`).
 
     :param release: What `release_of` gives for the page.
     :param named: The releases the question names (`named_releases`).
-    :returns: A sort key (smaller first).
+    :returns: The key (smaller first).
     """
-    if release is not None and any(_names(question, release) for question in named):
-        return (0, ())
     if release is None:
         return (1, ())
+    newest_first = tuple(-part for part in _numbers(release))
+    if any(_names(question, release) for question in named):
+        return (0, newest_first)
     if release.casefold() in ("latest", "stable"):
         return (2, ())
-    return (3, tuple(-part for part in _numbers(release)))
+    return (3, newest_first) if newest_first else (4, ())
 
 
 def named_releases(text: str) -> frozenset[str]:

@@ -135,8 +135,14 @@ class EvidenceDeduper:
 
 def _releases_in_order(ranked: list[tuple[str, Document]], named: frozenset[str]) -> list[tuple[str, Document]]:
     """
-    The ranks a page's releases earned, given to them in `release_order`: the best rank goes to the named release,
-    else the current page, whichever release's chunk earned it; within a release, blocks keep their order.
+    The ranks a page's releases earned, given to them in `release_order`.
+
+    The best rank goes to the named release, else the current page, whichever release's chunk earned it; within a
+    release, blocks keep their order.
+
+    :param ranked: The merged blocks in rank order, with their evidence keys.
+    :param named: The releases the question names.
+    :returns: The same blocks, each page's releases in `release_order` at the page's positions.
     """
     groups: dict[str, list[int]] = {}
     for position, (_, doc) in enumerate(ranked):

@@ -8,6 +8,7 @@ from haystack import Document, component
 from components.core.frozen import Documents, FrozenDict, FrozenList, Record
 from components.core.scores import boost_reasons
 from components.core.text_matching import mentions
+from components.core.versions import named_releases, release_of, release_order, version_key
 
 # Every signal ships at 0: measured on gitlab_handbook and stard, hint boosts only reordered for the worse
 # (docs/decisions.md). A matched hint is still a hit reason, so blocks stay explained; raise a weight to reorder.
@@ -41,6 +42,10 @@ class RuleReranker:
     signal weighted 0 still shows up there, explaining without reordering); the hint itself never becomes
     evidence. Ties break on base score, then source and chunk index, so the order is deterministic.
 
+    With `lift_named_releases`, a question that names a release (`v1.3`, `2.9.0`) lifts that release of a page to the
+    best score any release of the page earned (signal `release`): the question asks for that release's text, and
+    releases of one page differ in score by their length, not by their answer.
+
     ### Usage example
 
     ```python
@@ -58,6 +63,7 @@ class RuleReranker:
         trace_top_n: int = 5,
         consensus_top_n: int = 10,
         consensus_min_share: float = 0.6,
+        lift_named_releases: bool = True,
     ) -> None:
         """
         Create the reranker.
@@ -68,6 +74,8 @@ class RuleReranker:
         :param trace_top_n: How many top candidates the rerank trace details.
         :param consensus_top_n: Candidates that vote for the consensus category (signal `consensus_domain`).
         :param consensus_min_share: Share of the rank-weighted votes a category needs to be the consensus.
+        :param lift_named_releases: Lift the release of a page that the question names to the best score of the page's
+            releases.
         :raises ValueError: For an unknown signal, a negative weight or bound.
         """
         weights = dict(weights or {})
@@ -89,6 +97,7 @@ class RuleReranker:
         self.trace_top_n = trace_top_n
         self.consensus_top_n = consensus_top_n
         self.consensus_min_share = consensus_min_share
+        self.lift_named_releases = lift_named_releases
 
     def _consensus(self, documents: Documents) -> str:
         """The category most of the top candidates agree on (votes weighted 1/rank), or ""."""
@@ -130,13 +139,14 @@ class RuleReranker:
         return boosts
 
     @component.output_types(documents=list[Document], rerank_trace=FrozenDict)
-    def run(self, documents: Documents, hints: Record | None = None) -> dict[str, Any]:
+    def run(self, documents: Documents, hints: Record | None = None, query: str | None = None) -> dict[str, Any]:
         """
         Rerank candidates.
 
         :param documents: L1 candidates (`score` = normalized similarity; a list or a `FrozenList`); they are not
             modified.
         :param hints: L0 hint data; without hints the order is the similarity order.
+        :param query: The question, for the releases it names (`lift_named_releases`).
         :returns: `documents` (reranked copies, a read-only sequence; meta gains `base_score`, `boosts` and
             `hit_reasons`, `score` is the final score) and `rerank_trace` (a `FrozenDict`: `weights`, `max_boost`,
             `candidates`: the top `trace_top_n` candidates with rank, source, evidence key, base score, final score,
@@ -152,6 +162,8 @@ class RuleReranker:
             reasons = [f"l1_{path}" for path in _attempts(doc)] + [f"{b['signal']}:{b['value']}" for b in boosts]
             meta = {**doc.meta, "base_score": base, "boosts": boosts, "hit_reasons": reasons}
             scored.append(replace(doc, score=final, meta=meta))
+        if self.lift_named_releases and query:
+            scored = _lift_named_releases(scored, named_releases(query))
         scored.sort(
             key=lambda d: (
                 -(d.score or 0.0),
@@ -173,3 +185,35 @@ class RuleReranker:
         ]
         trace = {"weights": dict(self.weights), "max_boost": self.max_boost, "candidates": candidates}
         return {"documents": FrozenList(scored), "rerank_trace": FrozenDict(trace)}
+
+
+def _lift_named_releases(scored: list[Document], named: frozenset[str]) -> list[Document]:
+    """
+    Each page's release that the question names, lifted to the best score of the page's releases.
+
+    :param scored: The reranked candidates (copies, with `boosts` and `hit_reasons`).
+    :param named: The releases the question names.
+    :returns: The candidates, the named releases' chunks with the lift added (boost signal `release`).
+    """
+    if not named:
+        return scored
+    pages: dict[str, list[int]] = {}
+    for position, doc in enumerate(scored):
+        if source := doc.meta.get("source"):
+            pages.setdefault(version_key(str(source)), []).append(position)
+    lifted = list(scored)
+    for positions in pages.values():
+        releases = {i: release_of(str(scored[i].meta["source"])) for i in positions}
+        asked = [i for i in positions if releases[i] is not None and release_order(releases[i], named)[0] == 0]
+        if not asked or len(set(releases.values())) < 2:
+            continue
+        lift = max(scored[i].score or 0.0 for i in positions) - max(scored[i].score or 0.0 for i in asked)
+        if lift <= 0:
+            continue
+        for i in asked:
+            doc = scored[i]
+            boost = {"signal": "release", "value": str(releases[i]), "weight": round(lift, 4)}
+            meta = {**doc.meta, "boosts": [*doc.meta["boosts"], boost]}
+            meta["hit_reasons"] = [*meta["hit_reasons"], f"release:{releases[i]}"]
+            lifted[i] = replace(doc, score=(doc.score or 0.0) + lift, meta=meta)
+    return lifted

@@ -599,7 +599,7 @@ class TestPipelinesYaml:
         def edges(data):
             return sorted((c["sender"], c["receiver"]) for c in data["connections"])
 
-        assert edges(a) == edges(b) and len(edges(a)) == 52
+        assert edges(a) == edges(b) and len(edges(a)) == 53
 
     @pytest.mark.integration
     def test_editing_the_yaml_changes_behaviour(self, tmp_path, tiny_kb):

@@ -86,12 +86,25 @@ class TestReleases:
     )
     def test_the_release_a_source_names(self, source: str, release: str | None):
         assert release_of(source) == release
+        # a source names a release exactly when its version key drops something
+        assert (release is None) == (version_key(source) == source)
 
     def test_the_named_release_then_the_current_page_then_latest_then_the_newest_number(self):
-        releases = ["v1.3.0", None, "0.9.x", "v2.10.0", "latest", "v2.9.0", "1.2"]
-        assert sorted(releases, key=release_order) == [None, "latest", "v2.10.0", "v2.9.0", "v1.3.0", "1.2", "0.9.x"]
+        releases = ["v1.3.0", None, "0.9.x", "legacy", "v2.10.0", "latest", "v2.9.0", "1.2"]
+        assert sorted(releases, key=release_order) == [
+            None,
+            "latest",
+            "v2.10.0",
+            "v2.9.0",
+            "v1.3.0",
+            "1.2",
+            "0.9.x",
+            "legacy",
+        ]
         named = named_releases("How do I uninstall HAMi v1.3?")
         assert sorted(releases, key=lambda r: release_order(r, named))[:2] == ["v1.3.0", None]
+        series = named_releases("What changed in v2?")  # a series: its releases, the newest first
+        assert sorted(releases, key=lambda r: release_order(r, series))[:3] == ["v2.10.0", "v2.9.0", None]
 
     @pytest.mark.parametrize(
         ("question", "named"),
@@ -100,11 +113,15 @@ class TestReleases:
             ("HAMi 2.9 卸载", {"2.9"}),
             ("the 0.9.x C API", {"0.9.x"}),
             ("what changed in V3", {"3"}),
+            ("v1.3.0版本怎么卸载", {"1.3.0"}),  # next to Chinese text
+            ("HAMi 2.9卸载", {"2.9"}),
+            ("the v2.x API", {"2.x"}),
             # numbers that name no release: a count, a year, a date, a version inside a word or a file name
             ("set replicas to 3", set()),
             ("the 2024.01 release notes", set()),
             ("python3.11 and e5-small", set()),
             ("config.v1.yaml", set()),
+            ("the plan costs $1.5 a month", set()),
         ],
     )
     def test_the_releases_a_question_names(self, question: str, named: set[str]):

@@ -211,6 +211,10 @@ class TestEvidenceDeduper:
         ):
             out = EvidenceDeduper(max_per_document=3).run(documents=docs, query=query)
             assert out["documents"][0].meta["source"] == first, query
+        # the current page first whichever release earned the first rank
+        for query in ("How do I uninstall HAMi?", None):
+            out = EvidenceDeduper(max_per_document=3).run(documents=docs[::-1], query=query)
+            assert [d.meta["source"] for d in out["documents"]] == [sources[0], sources[1], sources[2]]
 
     def test_a_releases_block_with_the_text_another_release_gave_is_left_out(self):
         same = "Run helm uninstall hami -n kube-system."

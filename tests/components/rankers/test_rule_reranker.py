@@ -103,6 +103,7 @@ class TestRuleReranker:
             trace_top_n=3,
             consensus_top_n=4,
             consensus_min_share=0.5,
+            lift_named_releases=False,
         )
         data = component_to_dict(reranker, "reranker")
         assert data["init_parameters"] == {
@@ -111,15 +112,64 @@ class TestRuleReranker:
             "trace_top_n": 3,
             "consensus_top_n": 4,
             "consensus_min_share": 0.5,
+            "lift_named_releases": False,
         }
         restored = component_from_dict(RuleReranker, data, "reranker")
         assert isinstance(restored, RuleReranker)
         assert restored.weights == {**DEFAULT_WEIGHTS, "keyword": 0.05}
         assert (restored.max_boost, restored.trace_top_n) == (0.1, 3)
         assert (restored.consensus_top_n, restored.consensus_min_share) == (4, 0.5)
+        assert restored.lift_named_releases is False
         trace = restored.run(documents=[_cand()], hints=HINTS)["rerank_trace"]
         assert trace["weights"] == {**DEFAULT_WEIGHTS, "keyword": 0.05, "domain": 0.0}
         assert trace["max_boost"] == 0.1
+
+    @pytest.mark.parametrize("lift", [True, False])
+    def test_a_release_the_question_names_takes_the_best_score_of_its_pages_releases(self, lift):
+        # HAMi: the current uninstall page outscored its v1.3.0 release by more than the gate's max_gap
+        current, asked, other = (
+            "docs/uninstall.md",
+            "versioned_docs/version-v1.3.0/uninstall.md",
+            "versioned_docs/version-v2.9.0/uninstall.md",
+        )
+        docs = [
+            _cand(current, 0, 0.96),
+            _cand(other, 0, 0.959),
+            _cand("docs/install.md", 0, 0.95),
+            _cand(asked, 0, 0.93),
+        ]
+        docs.append(_cand(asked, 1, 0.92))
+        out = RuleReranker(lift_named_releases=lift).run(documents=docs, query="How do I uninstall HAMi v1.3?")
+        ranked = {(d.meta["source"], d.meta["chunk_index"]): d for d in out["documents"]}
+        if lift:
+            assert ranked[(asked, 0)].score == pytest.approx(0.96)
+            assert ranked[(asked, 1)].score == pytest.approx(0.95)  # the release's chunks keep their order
+            assert "release:v1.3.0" in ranked[(asked, 0)].meta["hit_reasons"]
+            assert ranked[(asked, 0)].meta["boosts"][-1] == {"signal": "release", "value": "v1.3.0", "weight": 0.03}
+            # the tie breaks on base score; which release of the page comes first is the deduper's (order_releases)
+            assert [d.meta["source"] for d in out["documents"]][:2] == [current, asked]
+        else:
+            assert ranked[(asked, 0)].score == pytest.approx(0.93)
+        assert ranked[("docs/install.md", 0)].score == pytest.approx(0.95)  # another page is not lifted
+        assert [d.score for d in docs] == [0.96, 0.959, 0.95, 0.93, 0.92]  # inputs untouched
+
+    @pytest.mark.parametrize(
+        "query",
+        [
+            "How do I uninstall HAMi?",  # no release named
+            "How do I uninstall HAMi v4.0?",  # a release the candidates do not have
+            None,
+        ],
+    )
+    def test_no_named_release_among_the_candidates_lifts_nothing(self, query):
+        docs = [_cand("docs/uninstall.md", 0, 0.96), _cand("versioned_docs/version-v1.3.0/uninstall.md", 0, 0.93)]
+        out = RuleReranker().run(documents=docs, query=query)
+        assert [d.score for d in out["documents"]] == [0.96, 0.93]
+        # and a page without releases is never lifted, whatever the question names
+        alone = RuleReranker().run(
+            documents=[_cand("docs/a.md", 0, 0.9), _cand("docs/v1.3/b.md", 0, 0.8)], query="v1.3"
+        )
+        assert [d.score for d in alone["documents"]] == [0.9, 0.8]
 
     def test_default_round_trip(self):
         restored = component_from_dict(RuleReranker, component_to_dict(RuleReranker(), "r"), "r")
