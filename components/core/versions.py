@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from components.core.translations import translation_key
 
@@ -86,6 +87,20 @@ def release_of(source: str) -> str | None:
         if _RELEASE_STEM.match(candidate):
             return candidate
     return None
+
+
+def release_groups(sources: Sequence[object]) -> list[dict[int, str | None]]:
+    """
+    Where each page's releases stand in a list of sources, for the pages found there in two releases or more.
+
+    :param sources: Sources in rank order (a missing one, None or "", belongs to no page).
+    :returns: Per such page, `{position: release_of(source)}` in rank order.
+    """
+    pages: dict[str, dict[int, str | None]] = {}
+    for position, source in enumerate(sources):
+        if source:
+            pages.setdefault(version_key(str(source)), {})[position] = release_of(str(source))
+    return [releases for releases in pages.values() if len(set(releases.values())) > 1]
 
 
 def release_order(release: str | None, named: frozenset[str] = frozenset()) -> tuple[int, tuple[float, ...]]:

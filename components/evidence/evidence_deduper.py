@@ -7,7 +7,7 @@ from haystack import Document, component
 
 from components.core.frozen import Documents, FrozenDict, FrozenList
 from components.core.scores import document_key
-from components.core.versions import named_releases, release_of, release_order, version_key
+from components.core.versions import named_releases, release_groups, release_order, version_key
 
 
 @component
@@ -144,18 +144,10 @@ def _releases_in_order(ranked: list[tuple[str, Document]], named: frozenset[str]
     :param named: The releases the question names.
     :returns: The same blocks, each page's releases in `release_order` at the page's positions.
     """
-    groups: dict[str, list[int]] = {}
-    for position, (_, doc) in enumerate(ranked):
-        if source := doc.meta.get("source"):
-            groups.setdefault(version_key(str(source)), []).append(position)
     ordered = list(ranked)
-    for positions in groups.values():
-        releases = {release_of(str(ranked[i][1].meta["source"])) for i in positions}
-        if len(releases) < 2:
-            continue
-        preferred = sorted(
-            positions, key=lambda i: (release_order(release_of(str(ranked[i][1].meta["source"])), named), i)
-        )
+    for releases in release_groups([doc.meta.get("source") for _, doc in ranked]):
+        positions = list(releases)
+        preferred = sorted(positions, key=lambda i: (release_order(releases[i], named), i))
         for place, position in zip(positions, preferred, strict=True):
             ordered[place] = ranked[position]
     return ordered

@@ -8,7 +8,7 @@ from haystack import Document, component
 from components.core.frozen import Documents, FrozenDict, FrozenList, Record
 from components.core.scores import boost_reasons
 from components.core.text_matching import mentions
-from components.core.versions import named_releases, release_of, release_order, version_key
+from components.core.versions import named_releases, release_groups, release_order
 
 # Every signal ships at 0: measured on gitlab_handbook and stard, hint boosts only reordered for the worse
 # (docs/decisions.md). A matched hint is still a hit reason, so blocks stay explained; raise a weight to reorder.
@@ -197,17 +197,12 @@ def _lift_named_releases(scored: list[Document], named: frozenset[str]) -> list[
     """
     if not named:
         return scored
-    pages: dict[str, list[int]] = {}
-    for position, doc in enumerate(scored):
-        if source := doc.meta.get("source"):
-            pages.setdefault(version_key(str(source)), []).append(position)
     lifted = list(scored)
-    for positions in pages.values():
-        releases = {i: release_of(str(scored[i].meta["source"])) for i in positions}
-        asked = [i for i in positions if releases[i] is not None and release_order(releases[i], named)[0] == 0]
-        if not asked or len(set(releases.values())) < 2:
+    for releases in release_groups([doc.meta.get("source") for doc in scored]):
+        asked = [i for i, release in releases.items() if release_order(release, named)[0] == 0]
+        if not asked:
             continue
-        lift = max(scored[i].score or 0.0 for i in positions) - max(scored[i].score or 0.0 for i in asked)
+        lift = max(scored[i].score or 0.0 for i in releases) - max(scored[i].score or 0.0 for i in asked)
         if lift <= 0:
             continue
         for i in asked:

@@ -2,7 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from components.core.versions import named_releases, page_key, release_of, release_order, version_key
+from components.core.versions import (
+    named_releases,
+    page_key,
+    release_groups,
+    release_of,
+    release_order,
+    version_key,
+)
 
 
 class TestVersionKey:
@@ -126,3 +133,16 @@ class TestReleases:
     )
     def test_the_releases_a_question_names(self, question: str, named: set[str]):
         assert named_releases(question) == named
+
+    def test_the_pages_found_in_two_releases_or_more_and_where_they_stand(self):
+        sources = [
+            "versioned_docs/version-v1.3.0/uninstall.md",
+            "docs/install.md",
+            None,
+            "docs/uninstall.md",
+            "ref/latest.md",  # one release only among the sources: no group
+            "versioned_docs/version-v1.3.0/uninstall.md",
+            "",
+        ]
+        assert release_groups(sources) == [{0: "v1.3.0", 3: None, 5: "v1.3.0"}]
+        assert release_groups([]) == []
