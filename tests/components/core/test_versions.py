@@ -122,6 +122,7 @@ class TestReleases:
             ("what changed in V3", {"3"}),
             ("v1.3.0版本怎么卸载", {"1.3.0"}),  # next to Chinese text
             ("HAMi 2.9卸载", {"2.9"}),
+            ("如何卸载v1.3.0", {"1.3.0"}),
             ("the v2.x API", {"2.x"}),
             # numbers that name no release: a count, a year, a date, a version inside a word or a file name
             ("set replicas to 3", set()),
