@@ -244,7 +244,10 @@ class TestStoppedPostgres:
         # the session read and the row's write, each at most its 0.5 s, the store's first connection included (it
         # was 4-5 s more: two first connections of up to 2 s each, and closing the stores waited again)
         assert stopped_s < usual_s + 2 * 0.5 + PROCESS_SLACK_S, (stopped_s, usual_s)
-        assert isinstance(first["traceId"], int) and isinstance(usual["traceId"], int)
+        # with the server up, a busy machine can still make a write miss its 0.5 s: it is spooled, not lost (the
+        # replay below must deliver it), and no error is reported
+        for asked in (first, usual):
+            assert isinstance(asked["traceId"], int) or (asked["traceId"], asked["traceError"]) == (None, None), asked
         assert (stopped["traceId"], stopped["traceError"]) == (None, None)  # spooled
         assert stopped["evidenceStatus"] in {"evidence", "already_returned"}
         replayed = subprocess.run(
