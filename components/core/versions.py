@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 
@@ -57,6 +58,30 @@ def version_key(source: str) -> str:
     elif dot and _RELEASE_STEM.match(stem):
         name = _ANY_RELEASE + dot + suffix
     return "/".join([*(folder for folder in folders if not _RELEASE_FOLDER.match(folder)), name])
+
+
+#: what a text key starts with, and no evidence key of a page does
+TEXT_KEY_PREFIX = "text:"
+
+
+def text_key(source: object, content: str | None) -> str | None:
+    """
+    The identity of a chunk's text on its page, whichever release of the page holds it, and wherever in the page.
+
+    Two releases of a page often keep a section word for word (`docs/uninstall.md` and
+    `versioned_docs/version-v2.9.0/uninstall.md`), and a re-index that adds a section moves the chunks after it to
+    other chunk numbers: their evidence keys differ, their text key does not.
+
+    :param source: The chunk's page, its path under the knowledge root.
+    :param content: The chunk's text (compared without leading and trailing whitespace).
+    :returns: `text:<version_key>|<digest>`, never equal to an evidence key (`source#chunk`); None without a
+        source or a text.
+    """
+    text = (content or "").strip()
+    if not source or not text:
+        return None
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return f"{TEXT_KEY_PREFIX}{version_key(str(source))}|{digest}"
 
 
 def page_key(source: str) -> str:

@@ -7,7 +7,7 @@ from haystack import Document, component
 
 from components.core.frozen import Documents, FrozenDict, FrozenList
 from components.core.scores import document_key
-from components.core.versions import named_releases, release_groups, release_order, version_key
+from components.core.versions import named_releases, release_groups, release_order, text_key, version_key
 
 
 @component
@@ -94,14 +94,14 @@ class EvidenceDeduper:
         kept_blocks: list[Document] = []
         per_doc: dict[str, int] = {}
         per_page: dict[str, int] = {}
-        given: dict[tuple[str, str], str] = {}  # (page, text) -> the source that gave it
+        given: dict[str, str] = {}  # a text key -> the source that gave it
         for key, doc in ranked:
             doc_key = document_key(doc.meta, key)
             page = self._page(doc, doc_key)
             source = str(doc.meta.get("source") or doc_key)
-            text = (version_key(source), (doc.content or "").strip())
+            text = text_key(source, doc.content)
             reason = None
-            if self.order_releases and given.get(text, source) != source:
+            if self.order_releases and text is not None and given.get(text, source) != source:
                 reason = "same_text_as_release"
             elif per_doc.get(doc_key, 0) >= self.max_per_document:
                 reason = "per_document_cap"
@@ -114,7 +114,8 @@ class EvidenceDeduper:
                 continue
             per_doc[doc_key] = per_doc.get(doc_key, 0) + 1
             per_page[page] = per_page.get(page, 0) + 1
-            given.setdefault(text, source)
+            if text is not None:
+                given.setdefault(text, source)
             kept_blocks.append(doc)
         summary = {
             "candidate_count": len(documents),

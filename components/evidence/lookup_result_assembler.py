@@ -245,7 +245,11 @@ class LookupResultAssembler:
 
     @staticmethod
     def _cursor(query: str, report: Record, session_summary: Record, blocks: Documents) -> str:
-        delivered = [*session_summary.get("excluded", []), *(str(d.meta.get("evidence_key") or d.id) for d in blocks)]
+        delivered = [*session_summary.get("excluded", [])]
+        for block in blocks:
+            delivered.append(str(block.meta.get("evidence_key") or block.id))
+            if block.meta.get("text_key"):
+                delivered.append(str(block.meta["text_key"]))
         return Cursor(query, dict(report.get("requested") or {}), tuple(dict.fromkeys(delivered))).encode()
 
     def _summary(self, doc: Document) -> dict[str, Any]:
@@ -253,6 +257,7 @@ class LookupResultAssembler:
         preview = content[: self.preview_chars] + ("…" if len(content) > self.preview_chars else "")
         return {
             "evidence_key": doc.meta.get("evidence_key"),
+            "text_key": doc.meta.get("text_key"),
             "source": doc.meta.get("source"),
             "title": doc.meta.get("title"),
             "retrieval_layer": _layer(doc),

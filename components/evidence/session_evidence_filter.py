@@ -6,6 +6,7 @@ from haystack import Document, component, logging
 from haystack.utils import Secret
 
 from components.core.frozen import Documents, FrozenList
+from components.core.versions import TEXT_KEY_PREFIX
 from components.trace.safe_text import safe_text
 from components.trace.session_key import normalize_session_id
 from components.trace.trace_store import PASSWORD_ENV, TraceStore
@@ -25,7 +26,8 @@ class SessionEvidenceFilter:
     server is not waited for), only what the spool (and rows waiting in memory) remember is held back and the summary
     says why (better a repeat than a lost answer); a spooled row of the wrong shape is skipped, never an error.
     Blocks whose key is in `exclude` (what a cursor's earlier pages returned) are held back too, with or without a
-    session.
+    session. A block is held back by its evidence key or by its text key (`components.core.versions.text_key`): the
+    same text of a page, which another release of the page or the page before a re-index gave, is not given twice.
 
     ### Usage example
 
@@ -87,7 +89,7 @@ class SessionEvidenceFilter:
 
         :param documents: Final evidence blocks (a list or a `FrozenList`).
         :param session_id: The caller's session; empty means no session dedup.
-        :param exclude: Evidence keys the caller already has from earlier pages of this lookup (its `cursor`).
+        :param exclude: Evidence and text keys the caller already has from earlier pages of this lookup (its `cursor`).
         :param principal: The caller's principal name (None or empty: an anonymous caller): only what was returned
             to this principal in this session is held back.
         :returns: `documents` (the new blocks, a read-only `FrozenList`) and `session_summary` (`session_id`,
@@ -99,15 +101,25 @@ class SessionEvidenceFilter:
         if exclude:
             held = set(exclude)
             summary["excluded"] = list(exclude)
-            summary["paged"] = [d.meta.get("evidence_key") for d in documents if d.meta.get("evidence_key") in held]
-            documents = [d for d in documents if d.meta.get("evidence_key") not in held]
+            summary["paged"] = [d.meta.get("evidence_key") for d in documents if _held(d, held)]
+            documents = [d for d in documents if not _held(d, held)]
         if not session_id or not documents:
             return {"documents": FrozenList(documents), "session_summary": summary}
         seen, error = self._store.session_memory(session_id, principal)
         if error:
             logger.warning("Session memory partial: {error}", error=error)
             summary["error"] = f"session memory partial (rows waiting in the spool only): {error}"
-        fresh = [d for d in documents if safe_text(str(d.meta.get("evidence_key"))) not in seen]
-        summary["previously_returned"] = len(seen)
+        fresh = [d for d in documents if not _held(d, seen, stored=True)]
+        summary["previously_returned"] = sum(1 for key in seen if not key.startswith(TEXT_KEY_PREFIX))
         summary["suppressed"] = [d.meta.get("evidence_key") for d in documents if d not in fresh]
         return {"documents": FrozenList(fresh), "session_summary": summary}
+
+
+def _held(doc: Document, keys: set[str], stored: bool = False) -> bool:
+    """
+    Whether a block's evidence key or text key is among `keys`.
+
+    :param stored: The keys were read back from trace rows, which hold keys as `safe_text` made them.
+    """
+    own = (doc.meta.get("evidence_key"), doc.meta.get("text_key"))
+    return any(key is not None and (safe_text(str(key)) if stored else key) in keys for key in own)

@@ -10,6 +10,7 @@ from components.core.citation import chunk_ids
 from components.core.frozen import Documents, FrozenDict, FrozenList, Strings
 from components.core.query_vector import QueryVector, as_list
 from components.core.scores import evidence_key
+from components.core.versions import text_key
 from components.store.knowledge_collection import KnowledgeCollection
 from components.store.knowledge_index import CachedKnowledgeIndex, IndexedDocument, KnowledgeIndex
 from components.store.knowledge_store import KnowledgeStore, deserialize_store_inplace
@@ -159,6 +160,7 @@ class SupersessionResolver:
             **best.meta,
             "similarity": best.score,
             "evidence_key": evidence_key(best.meta, best.id),
+            "text_key": text_key(best.meta.get("source"), best.content),
             "attempt": "successor",
             "retrieval_path": "successor",
             "evidence_basis": "successor",

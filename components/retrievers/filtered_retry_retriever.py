@@ -13,6 +13,7 @@ from haystack import Document, component, default_from_dict, default_to_dict, lo
 from components.core.frozen import FrozenDict, FrozenList, Strings
 from components.core.query_vector import QueryVector, as_list
 from components.core.scores import USABLE_KEY, evidence_key, similarity_of
+from components.core.versions import text_key
 from components.store.knowledge_collection import (
     LEXICAL_SOURCES,
     CollectionMismatchError,
@@ -38,9 +39,16 @@ def _stage(attempt: dict[str, Any], name: str) -> Iterator[None]:
         attempt["stage_ms"][name] = round(attempt["stage_ms"].get(name, 0.0) + spent, 2)
 
 
-def _candidate_meta(meta: dict[str, Any], attempt: str, chunk_id: str, usable: bool) -> dict[str, Any]:
-    """A candidate's meta: its attempt, evidence key and whether its similarity makes it usable evidence."""
-    return {**meta, "attempt": attempt, "evidence_key": evidence_key(meta, chunk_id), USABLE_KEY: usable}
+def _candidate_meta(doc: Document, attempt: str, usable: bool) -> dict[str, Any]:
+    """A candidate's meta: its attempt, evidence and text keys, and whether its similarity makes it usable evidence."""
+    meta = doc.meta
+    return {
+        **meta,
+        "attempt": attempt,
+        "evidence_key": evidence_key(meta, doc.id),
+        "text_key": text_key(meta.get("source"), doc.content),
+        USABLE_KEY: usable,
+    }
 
 
 MODES = ("haystack", "sdk", "auto")
@@ -342,7 +350,7 @@ class FilteredRetryRetriever:
             usable = [d for d in active if similarity_of(d) >= self.evidence_threshold]
             attempt["below_threshold_dropped"] = len(active) - len(usable)
             kept = {id(d) for d in usable}
-            docs = [replace(d, meta=_candidate_meta(d.meta, name, d.id, id(d) in kept)) for d in active]
+            docs = [replace(d, meta=_candidate_meta(d, name, id(d) in kept)) for d in active]
             attempt["path"] = usable[0].meta["retrieval_path"] if usable else ("sdk" if "fallback" in attempt else None)
         except Exception as err:
             attempt["error"] = f"{type(err).__name__}: {err}"

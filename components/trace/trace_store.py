@@ -211,7 +211,7 @@ def spooled_row(raw: Any) -> ToolInvocation | None:
 
 def evidence_keys(details: Iterable[Any]) -> set[str]:
     """
-    Return the evidence keys in rows' `retrieval_details`, whatever their shape (odd parts are skipped).
+    Return the evidence keys and text keys in rows' `retrieval_details`, whatever their shape (odd parts are skipped).
 
     :param details: `retrieval_details` values.
     :returns: The keys.
@@ -222,9 +222,10 @@ def evidence_keys(details: Iterable[Any]) -> set[str]:
         if not isinstance(blocks, list):
             continue
         for block in blocks:
-            key = block.get("evidence_key") if isinstance(block, dict) else None
-            if isinstance(key, str) and key:
-                keys.add(key)
+            for name in ("evidence_key", "text_key"):
+                key = block.get(name) if isinstance(block, dict) else None
+                if isinstance(key, str) and key:
+                    keys.add(key)
     return keys
 
 

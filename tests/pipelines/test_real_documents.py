@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -526,3 +527,18 @@ class TestVersionedSite:
         assert blocks and blocks[0]["source"] == release, [block["source"] for block in blocks]
         texts = [block["content"] for block in blocks]
         assert len(set(texts)) == len(texts)  # a release's text another release already gave is not given twice
+
+    def test_a_text_given_in_a_session_is_not_given_again_from_another_release(self, versioned_site):
+        # v2.9.0's troubleshooting section is word for word the current page's: once the session has it from docs/,
+        # asking for v2.9.0 must not bring the same text under v2.9.0's evidence key
+        session = f"releases-{uuid.uuid4().hex[:8]}"
+        first = versioned_site.lookup("GPU resources are still in use after uninstalling HAMi", session_id=session)
+        given = {block["content"] for block in first["evidenceBlocks"]}
+        assert first["evidenceBlocks"][0]["source"] == "docs/installation/uninstall.md"
+        again = versioned_site.lookup(
+            "GPU resources are still in use after uninstalling HAMi v2.9.0", session_id=session
+        )
+        alone = versioned_site.lookup("GPU resources are still in use after uninstalling HAMi v2.9.0", session_id=None)
+        assert alone["evidenceBlocks"][0]["source"] == "versioned_docs/version-v2.9.0/installation/uninstall.md"
+        assert alone["evidenceBlocks"][0]["content"] in given  # without the session, v2.9.0's copy comes first
+        assert not given & {block["content"] for block in again["evidenceBlocks"]}, again["evidenceBlocks"]

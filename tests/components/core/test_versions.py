@@ -8,6 +8,7 @@ from components.core.versions import (
     release_groups,
     release_of,
     release_order,
+    text_key,
     version_key,
 )
 
@@ -147,3 +148,35 @@ class TestReleases:
         ]
         assert release_groups(sources) == [{0: "v1.3.0", 3: None, 5: "v1.3.0"}]
         assert release_groups([]) == []
+
+
+class TestTextKey:
+    def test_a_pages_releases_share_the_key_of_one_text(self):
+        text = "Uninstalling HAMi does not stop running GPU tasks."
+        keys = {
+            text_key(source, text)
+            for source in (
+                "docs/installation/uninstall.md",
+                "versioned_docs/version-v2.9.0/installation/uninstall.md",
+                "versioned_docs/version-v1.3.0/installation/uninstall.md",
+            )
+        }
+        assert len(keys) == 1
+
+    def test_surrounding_whitespace_does_not_count_but_any_other_difference_does(self):
+        assert text_key("a.md", "  Run helm uninstall.\n") == text_key("a.md", "Run helm uninstall.")
+        assert text_key("a.md", "Run helm uninstall.") != text_key("a.md", "Run helm  uninstall.")
+        assert text_key("a.md", "Run helm uninstall.") != text_key("b.md", "Run helm uninstall.")
+        # translations are other texts of another page
+        zh = "i18n/zh/docusaurus-plugin-content-docs/current/a.md"
+        assert text_key(zh, "Run helm uninstall.") != text_key("docs/a.md", "Run helm uninstall.")
+
+    def test_it_never_equals_an_evidence_key(self):
+        key = text_key("a.md", "Run helm uninstall.")
+        assert key is not None and key.startswith("text:a.md|") and "#" not in key
+
+    @pytest.mark.parametrize(
+        ("source", "content"), [(None, "text"), ("", "text"), ("a.md", ""), ("a.md", "  \n"), ("a.md", None)]
+    )
+    def test_no_source_or_no_text_has_none(self, source, content):
+        assert text_key(source, content) is None

@@ -518,6 +518,17 @@ class TestLookupResultAssembler:
         assert page.delivered == ("alerts/doc9.md#9", "alerts/doc1.md#1", "alerts/doc2.md#2")
         assert "cursor" in result["message"]
 
+    def test_a_blocks_text_key_goes_into_the_trace_and_the_cursor(self):
+        docs = [_doc(1, "x" * 280, text_key="text:alerts/doc1.md|00aa"), _doc(2, "y" * 3000)]
+        out = LookupResultAssembler().run(**_inputs(docs, budget=400))
+        assert Cursor.decode(out["result"]["cursor"]).delivered == (
+            "alerts/doc1.md#1",
+            "text:alerts/doc1.md|00aa",
+            "alerts/doc2.md#2",
+        )
+        blocks = out["details"]["evidence_blocks"]
+        assert [block["text_key"] for block in blocks] == ["text:alerts/doc1.md|00aa", None]
+
     @pytest.mark.parametrize("reason", ["max_blocks", "page_versions_cap"])
     def test_blocks_over_the_block_cap_or_other_releases_are_more_available(self, reason):
         dropped = [{"evidence_key": "alerts/doc7.md#7", "source": "alerts/doc7.md", "reason": reason}]

@@ -8,6 +8,7 @@ import pytest
 from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 
+from components.core.versions import text_key
 from components.evidence.context_packer import ContextPacker
 from components.evidence.lookup_result_assembler import LookupResultAssembler
 from components.evidence.session_evidence_filter import SessionEvidenceFilter
@@ -24,7 +25,19 @@ def _doc(key: str, content: str | None = None) -> Document:
     )
 
 
-def _row(session_id: str | None, keys: list[str], *, found: bool = True) -> ToolInvocation:
+def _keyed(doc: Document) -> Document:
+    """A copy of `doc` with the text key the retriever gives candidates."""
+    return Document(
+        content=doc.content,
+        score=doc.score,
+        meta={**doc.meta, "text_key": text_key(doc.meta["source"], doc.content)},
+    )
+
+
+def _row(
+    session_id: str | None, keys: list[str], *, found: bool = True, blocks: list[dict] | None = None
+) -> ToolInvocation:
+    blocks = blocks if blocks is not None else [{"evidence_key": k, "preview": "..."} for k in keys]
     return ToolInvocation(
         tool_name="lookup_knowledge",
         session_id=session_id,
@@ -32,8 +45,8 @@ def _row(session_id: str | None, keys: list[str], *, found: bool = True) -> Tool
         found=found,
         status="evidence" if found else "no_evidence",
         retrieval_layer="L1",
-        evidence_block_count=len(keys),
-        retrieval_details={"evidence_blocks": [{"evidence_key": k, "preview": "..."} for k in keys]},
+        evidence_block_count=len(blocks),
+        retrieval_details={"evidence_blocks": blocks},
     )
 
 
@@ -140,6 +153,28 @@ class TestSessionEvidenceFilter:
         out = make_filter(database_url=seeded).run(documents=docs, session_id="s1", exclude=["y.md#1"])
         assert _keys(out["documents"]) == ["x.md#0"]
         assert out["session_summary"]["suppressed"] == ["a.md#0"] and out["session_summary"]["paged"] == ["y.md#1"]
+
+    @pytest.mark.integration
+    def test_a_text_another_release_gave_in_the_session_is_held_back(self, db_url, make_filter):
+        # docs/x.md#3 and versioned_docs/version-v2.0/x.md#5 hold one text: the session got it from the current page
+        text = "Uninstalling does not stop running tasks."
+        copy_ = _doc("versioned_docs/version-v2.0/x.md#5", text)
+        other = _doc("versioned_docs/version-v2.0/x.md#6", "Run helm uninstall.")
+        store = TraceStore(db_url)
+        store.write(_row("s1", [], blocks=[{"evidence_key": "docs/x.md#3", "text_key": text_key("docs/x.md", text)}]))
+        store.close()
+        out = make_filter(database_url=db_url).run(documents=[_keyed(copy_), _keyed(other)], session_id="s1")
+        assert _keys(out["documents"]) == ["versioned_docs/version-v2.0/x.md#6"]
+        assert out["session_summary"]["suppressed"] == ["versioned_docs/version-v2.0/x.md#5"]
+        assert out["session_summary"]["previously_returned"] == 1  # one block, not its two keys
+
+    def test_a_cursor_holds_back_a_text_by_its_text_key(self, tmp_path, make_filter):
+        text = "Uninstalling does not stop running tasks."
+        docs = [_keyed(_doc("versioned_docs/version-v2.0/x.md#5", text)), _keyed(_doc("x.md#0"))]
+        store = make_filter(database_url=f"sqlite:///{tmp_path / 'none.db'}", spool_path=None)
+        out = store.run(documents=docs, exclude=["docs/x.md#3", text_key("docs/x.md", text)])
+        assert _keys(out["documents"]) == ["x.md#0"]
+        assert out["session_summary"]["paged"] == ["versioned_docs/version-v2.0/x.md#5"]
 
     @pytest.mark.integration
     def test_other_session_is_not_affected(self, seeded, make_filter):

@@ -16,6 +16,7 @@ from components.core.citation import chunk_ids
 from components.core.embedding_backends import get_backend
 from components.core.query_vector import QueryVector
 from components.core.scores import normalized_similarity
+from components.core.versions import text_key
 from components.query.document_filter_resolver import MATCHES_NOTHING
 from components.retrievers.filtered_retry_retriever import LOW_QUALITY, NO_EVIDENCE, FilteredRetryRetriever
 from components.store.knowledge_collection import KnowledgeCollection
@@ -34,6 +35,7 @@ CANDIDATE_META = (
     "retrieval_path",
     "attempt",
     "evidence_key",
+    "text_key",
     "usable",
 )
 BM25_META = ("bm25", "lexical_ideal", "lexical_best", "lexical_coverage")
@@ -509,6 +511,7 @@ class TestFilteredRetryRetriever:
             assert doc.meta["retrieval_path"] == mode
             assert doc.meta["attempt"] in ("filtered", "unfiltered")
             assert doc.meta["evidence_key"] == f"{doc.meta['source']}#{doc.meta['chunk_index']}"
+            assert doc.meta["text_key"] == text_key(doc.meta["source"], doc.content)
             assert doc.meta["usable"] is True  # no evidence floor here
             assert 0.0 <= doc.score <= 1.0
             assert doc.score == doc.meta["similarity"]

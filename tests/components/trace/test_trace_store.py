@@ -159,6 +159,19 @@ class TestTraceStore:
         assert _keys(store, "nobody") == set()
 
     @pytest.mark.integration
+    def test_session_memory_holds_the_blocks_text_keys_too(self, store):
+        row = _row(session_id="s1")
+        row.retrieval_details = {
+            "evidence_blocks": [
+                {"evidence_key": "docs/a.md#3", "text_key": "text:docs/a.md|00aa"},
+                {"evidence_key": "b.md#0", "text_key": None},
+                {"evidence_key": "c.md#0", "text_key": ["not", "a", "key"]},
+            ]
+        }
+        store.write(row)
+        assert _keys(store, "s1") == {"docs/a.md#3", "text:docs/a.md|00aa", "b.md#0", "c.md#0"}
+
+    @pytest.mark.integration
     def test_session_memory_ignores_rows_without_blocks(self, store):
         store.write(_row(session_id="s1"))
         bare = _row(session_id="s1")
