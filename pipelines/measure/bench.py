@@ -356,6 +356,7 @@ FORMATS = {
     "html": (".html", ".htm"),
     "pdf": (".pdf",),
     "docx": (".docx",),
+    "rst": (".rst",),
     "text": (".txt",),
 }
 

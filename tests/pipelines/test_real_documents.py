@@ -542,3 +542,99 @@ class TestVersionedSite:
         assert alone["evidenceBlocks"][0]["source"] == "versioned_docs/version-v2.9.0/installation/uninstall.md"
         assert alone["evidenceBlocks"][0]["content"] in given  # without the session, v2.9.0's copy comes first
         assert not given & {block["content"] for block in again["evidenceBlocks"]}, again["evidenceBlocks"]
+
+
+#: reStructuredText no chunk may carry outside code: roles, directives, targets, section adornments, link ends
+RST_RESIDUE = [
+    r":[\w:.-]+:`",
+    r"^\s*\.\. [\w:-]+::",
+    r"^\s*\.\. _[^:]+:",
+    r"^[=\-~^\"'`#*+]{4,}\s*$",
+    r"`_{1,2}(?!\w)",
+    r"^\s*:[\w-]+:( |$)",
+]
+
+
+@pytest.fixture(scope="module")
+def sphinx_site(tmp_path_factory):
+    """The Sphinx documentation of Requests (English) and of PaddlePaddle (Chinese), as `.rst` files."""
+    base = tmp_path_factory.mktemp("sphinx_site")
+    ignored = shutil.ignore_patterns("LICENSE", "SOURCES.md")
+    shutil.copytree(FIXTURES / "requests" / "docs", base / "knowledge" / "requests", ignore=ignored)
+    shutil.copytree(FIXTURES / "paddle" / "docs", base / "knowledge" / "paddle", ignore=ignored)
+    indexer = KnowledgeIndexer(Deployment.resolve(base / "data"))
+    try:
+        summary = indexer.index(base / "knowledge", progress=False)
+        indexer.collection.warm_up()
+        stored = indexer.collection.chunks_of(indexer.collection.active_versions())
+    finally:
+        indexer.close()
+    loaded = KnowledgeService.load(data_dir=base / "data", trace_db_url=f"sqlite:///{base / 'traces.db'}")
+    yield base / "knowledge", summary, stored, loaded
+    loaded.close()
+
+
+class TestSphinxSite:
+    def test_every_rst_page_is_indexed_with_its_title(self, sphinx_site):
+        _, summary, stored, _ = sphinx_site
+        assert (summary.files, summary.indexed, summary.failures, summary.warnings) == (6, 6, [], [])
+        titles = {c.meta["source"]: c.meta["title"] for c in stored}
+        assert titles["requests/user/quickstart.rst"] == "Quickstart"
+        assert titles["requests/community/faq.rst"] == "Frequently Asked Questions"
+        assert titles["paddle/guides/flags/memory_cn.rst"] == "存储管理"
+
+    def test_no_chunk_carries_rst_markup_outside_code(self, sphinx_site):
+        _, _, stored, _ = sphinx_site
+        for chunk in stored:
+            prose = _prose(chunk.content)
+            for pattern in RST_RESIDUE + RESIDUE:
+                assert not re.search(pattern, prose, re.MULTILINE), (chunk.meta["source"], pattern, prose[:300])
+
+    def test_breadcrumbs_are_the_pages_section_titles(self, sphinx_site):
+        knowledge, _, stored, _ = sphinx_site
+        for chunk in stored:
+            source = (knowledge / chunk.meta["source"]).read_text(encoding="utf-8")
+            titles = {line.strip() for line in source.split("\n")}
+            for part in chunk.meta["breadcrumb"].split(" > "):
+                assert part in titles, (chunk.meta["source"], chunk.meta["breadcrumb"])
+        crumbs = {c.meta["breadcrumb"] for c in stored if c.meta["source"] == "requests/community/faq.rst"}
+        assert "Frequently Asked Questions > Custom User-Agents?" in crumbs
+        ngc = {c.meta["breadcrumb"] for c in stored if c.meta["source"].endswith("instalL_NGC_PaddlePaddle_ch.rst")}
+        assert "NGC 飞桨容器安装指南 > 安装步骤" in ngc  # over- and underlined titles
+
+    def test_a_chunks_line_range_holds_its_text_in_the_file(self, sphinx_site):
+        knowledge, _, stored, _ = sphinx_site
+        checked = 0
+        for chunk in stored:
+            lines = (knowledge / chunk.meta["source"]).read_text(encoding="utf-8").split("\n")
+            start, end = chunk.meta["line_start"], chunk.meta["line_end"]
+            assert 1 <= start <= end <= len(lines), (chunk.meta["source"], start, end)
+            # a line kept verbatim (code, plain prose) must lie within the range
+            verbatim = [t.strip() for t in chunk.content.split("\n") if len(t.strip()) >= 20]
+            held = [t for t in verbatim if sum(line.strip() == t for line in lines) == 1]
+            for text in held:
+                at = next(n for n, line in enumerate(lines, start=1) if line.strip() == text)
+                assert start <= at <= end, (chunk.meta["source"], text, start, end)
+            checked += bool(held)
+        assert checked >= len(stored) * 0.8
+
+    @pytest.mark.parametrize(
+        ("question", "page"),
+        [
+            ("How do I use HTTP Digest authentication?", "requests/user/authentication.rst"),
+            ("How do I upload a multipart-encoded file?", "requests/user/quickstart.rst"),
+            ("What does the hostname doesn't match error mean?", "requests/community/faq.rst"),
+            ("如何设置 FLAGS_allocator_strategy 分配器策略？", "paddle/guides/flags/memory_cn.rst"),
+            ("如何通过 L2 范数裁剪梯度？", "paddle/guides/advanced/gradient_clip_cn.rst"),
+            (
+                "How do I run the NGC PaddlePaddle container with Docker?",
+                "paddle/install/instalL_NGC_PaddlePaddle_ch.rst",
+            ),
+        ],
+    )
+    def test_a_question_finds_its_page_first(self, sphinx_site, question, page):
+        _, _, _, service = sphinx_site
+        result = service.lookup(question, session_id=None)
+        assert result["found"] is True
+        assert result["evidenceBlocks"][0]["source"] == page, [b["source"] for b in result["evidenceBlocks"]]
+        assert result["evidenceBlocks"][0]["location"].startswith("lines ")

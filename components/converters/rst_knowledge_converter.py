@@ -1,0 +1,531 @@
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from haystack import Document, component, logging
+from haystack.components.converters.utils import normalize_metadata
+from haystack.dataclasses import ByteStream
+from haystack.lazy_imports import LazyImport
+
+from components.core.conversion import check_max_file_bytes, convert_each, read_capped
+from components.core.location import moved_line_map
+
+with LazyImport("Run 'pip install docutils'") as docutils_import:
+    from docutils import nodes
+    from docutils.core import publish_doctree
+
+logger = logging.getLogger(__name__)
+
+#: default cap of one file
+MAX_FILE_BYTES = 4 * 1024 * 1024
+#: how deep a directive docutils does not know may sit inside another one and still have its content read
+MAX_NESTING = 8
+
+#: docutils reads the file alone: no configuration file of the machine, no file it names (`include`, `raw`,
+#: `csv-table :file:`), no syntax highlighting, every section a section (the first one is not lifted into a title),
+#: and its messages kept in the tree, never printed or raised
+_SETTINGS = {
+    "_disable_config": True,
+    "file_insertion_enabled": False,
+    "raw_enabled": False,
+    "syntax_highlight": "none",
+    "doctitle_xform": False,
+    "sectsubtitle_xform": False,
+    "report_level": 5,
+    "halt_level": 5,
+    "exit_status_level": 5,
+    "warning_stream": False,
+    "input_encoding": "utf-8",
+    "pep_references": False,
+    "rfc_references": False,
+}
+
+#: the directive a docutils error quotes: `.. name:: arguments`
+_DIRECTIVE = re.compile(r"^\.\.[ \t]+(?P<name>[\w.+:-]+)[ \t]*::(?P<args>.*)$")
+_OPTION = re.compile(r"^:[\w .+-]+:(?:[ \t]|$)")
+#: an interpreted text role (Sphinx's `:ref:`, `:py:func:`, ...): its text is what a reader sees
+_ROLE = re.compile(r"^:(?P<role>[\w.+:-]+):`(?P<body>.*)`$", re.DOTALL)
+_TITLED = re.compile(r"^(?P<title>.*?)\s*<(?P<target>[^<>]*)>$", re.DOTALL)
+_SUBSTITUTION = re.compile(r"^\|[^|]+\|_{0,2}$")
+
+#: directives whose content is no text of the page: navigation, API pages generated from code, diagrams, styling
+_DROPPED = frozenset(
+    {
+        "toctree",
+        "index",
+        "highlight",
+        "module",
+        "currentmodule",
+        "default-domain",
+        "tabularcolumns",
+        "rst-class",
+        "cssclass",
+        "sectionauthor",
+        "moduleauthor",
+        "codeauthor",
+        "literalinclude",
+        "graphviz",
+        "digraph",
+        "graph",
+        "inheritance-diagram",
+        "plot",
+        "mermaid",
+        "uml",
+        "automodule",
+        "autoclass",
+        "autofunction",
+        "automethod",
+        "autoattribute",
+        "autodata",
+        "autoexception",
+        "autosummary",
+        "autoprogram",
+        "program",
+        "spelling:word-list",
+        "jinja",
+        "raw",
+    }
+)
+#: directives that hold code: their content becomes a code block in the language of their argument
+_CODE = frozenset({"code-block", "sourcecode", "code", "code-cell", "ipython", "jupyter-execute", "productionlist"})
+#: what Sphinx writes before a version directive's text
+_VERSION_LABEL = {
+    "versionadded": "New in version {}.",
+    "versionchanged": "Changed in version {}.",
+    "deprecated": "Deprecated since version {}.",
+    "versionremoved": "Removed in version {}.",
+}
+#: the domains whose directives describe an API object: their argument is its signature
+_OBJECT_DOMAINS = frozenset({"py", "c", "cpp", "js", "rst", "std", "http", "mongodb"})
+_OBJECTS = frozenset(
+    {
+        "function",
+        "class",
+        "method",
+        "attribute",
+        "data",
+        "exception",
+        "decorator",
+        "classmethod",
+        "staticmethod",
+        "property",
+        "describe",
+        "object",
+        "option",
+        "envvar",
+        "confval",
+    }
+)
+
+
+@dataclass
+class _Output:
+    """Markdown lines, each with the line (0-based) of the file it stands for."""
+
+    lines: list[str] = field(default_factory=list)
+    origins: list[int] = field(default_factory=list)
+    title: str = ""
+    includes: list[str] = field(default_factory=list)  # the files `include` directives name, not read
+
+    def add(self, text: str, origin: int) -> None:
+        """Add `text`, its lines standing for the file's lines from `origin` on."""
+        for number, line in enumerate(text.split("\n")):
+            self.lines.append(line)
+            self.origins.append(max(origin + number, 0))
+
+    def gap(self) -> None:
+        if self.lines and self.lines[-1] != "":
+            self.lines.append("")
+            self.origins.append(self.origins[-1])
+
+    def last_origin(self) -> int:
+        return self.origins[-1] if self.origins else 0
+
+
+def _role_text(raw: str) -> str:
+    """What a reader sees of a role docutils does not know: `:ref:`Install <install>`` shows `Install`."""
+    if _SUBSTITUTION.match(raw):  # a substitution defined elsewhere (Sphinx's conf.py, an image)
+        return ""
+    found = _ROLE.match(raw)
+    if not found:
+        return raw
+    body = found.group("body")
+    if titled := _TITLED.match(body):
+        return titled.group("title") or titled.group("target")
+    if body.startswith("~"):  # `~requests.Response` shows `Response`
+        return body[1:].rsplit(".", 1)[-1]
+    return body.lstrip("!")
+
+
+def _code_span(text: str) -> str:
+    ticks = "``" if "`" in text else "`"
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def _inline(node: nodes.Node) -> str:
+    """A node's text as one markdown paragraph would hold it: code spans kept, other inline markup removed."""
+    if isinstance(node, nodes.Text):
+        return str(node)
+    if isinstance(node, nodes.literal):
+        return _code_span(node.astext())
+    if isinstance(node, nodes.problematic):
+        return _role_text(node.astext())
+    if isinstance(node, nodes.system_message | nodes.target | nodes.footnote_reference | nodes.citation_reference):
+        return ""
+    if isinstance(node, nodes.image):
+        return str(node.get("alt", ""))
+    if isinstance(node, nodes.Element):
+        return "".join(_inline(child) for child in node.children)
+    return node.astext()
+
+
+def _line_of(node: nodes.Node, default: int) -> int:
+    """The node's first line in the file (0-based) as docutils knows it, else `default`."""
+    line = getattr(node, "line", None)
+    return line - 1 if isinstance(line, int) and line > 0 else default
+
+
+class _Writer:
+    """Walks a docutils tree and writes markdown: sections as headings, code as fenced blocks, tables as tables."""
+
+    def __init__(self, out: _Output, source: list[str], offset: int = 0, depth: int = 0, nesting: int = 0) -> None:
+        self.out = out
+        self.source = source  # the parsed text's lines
+        self.offset = offset  # the file line of the parsed text's first line (a directive's content)
+        self.depth = depth  # the section level of the parsed text
+        self.nesting = nesting
+
+    def origin(self, node: nodes.Node) -> int:
+        default = self.out.last_origin()
+        line = _line_of(node, -1)
+        return self.offset + line if line >= 0 else default
+
+    def verbatim_origin(self, node: nodes.Element) -> int:
+        """
+        Where a block kept verbatim starts: docutils gives a `code` directive's block the line after its end, so its
+        first line is looked up in the text, the nearest to the line docutils gives.
+        """
+        reported = _line_of(node, -1)
+        first = next((line.strip() for line in node.astext().split("\n") if line.strip()), "")
+        if reported < 0 or not first:
+            return self.origin(node)
+        span = len(node.astext().split("\n")) + 4
+        found = [
+            number
+            for number in range(max(reported - span, 0), min(reported + 2, len(self.source)))
+            if self.source[number].strip() == first
+        ]
+        line = min(found, key=lambda number: abs(number - reported)) if found else reported
+        return self.offset + line
+
+    def blocks(self, parent: nodes.Element) -> None:
+        for child in parent.children:
+            self.block(child)
+
+    def block(self, node: nodes.Node) -> None:
+        if isinstance(node, nodes.section):
+            self.section(node)
+        elif isinstance(node, nodes.literal_block | nodes.doctest_block | nodes.math_block):
+            self.code(node.astext(), _language(node), self.verbatim_origin(node))
+        elif isinstance(node, nodes.bullet_list | nodes.enumerated_list):
+            self.list_items(node)
+        elif isinstance(node, nodes.definition_list | nodes.field_list | nodes.option_list):
+            self.labelled(node)
+        elif isinstance(node, nodes.table):
+            self.table(node)
+        elif isinstance(node, nodes.line_block):
+            self.out.gap()
+            for line in node.findall(nodes.line):
+                self.out.add(_inline(line), self.origin(line))
+        elif isinstance(node, nodes.system_message):
+            self.message(node)
+        elif isinstance(
+            node,
+            nodes.comment
+            | nodes.target
+            | nodes.substitution_definition
+            | nodes.pending
+            | nodes.raw
+            | nodes.image
+            | nodes.transition
+            | nodes.docinfo
+            | nodes.meta
+            | nodes.decoration,
+        ):
+            return
+        elif isinstance(node, nodes.TextElement):  # paragraphs; an admonition's, a topic's or a table's title
+            self.paragraph(node)
+        elif isinstance(node, nodes.Element):  # admonitions, topics, sidebars, figures, containers, block quotes
+            self.blocks(node)
+
+    def section(self, node: nodes.section) -> None:
+        inner = _Writer(self.out, self.source, self.offset, self.depth + 1, self.nesting)
+        for child in node.children:
+            if isinstance(child, nodes.title):
+                inner.heading(child, self.depth + 1)
+            else:
+                inner.block(child)
+
+    def heading(self, node: nodes.title, level: int) -> None:
+        text = " ".join(_inline(node).split())
+        if not text:
+            return
+        self.out.title = self.out.title or text
+        self.out.gap()
+        # docutils gives a title the line of its underline
+        self.out.add("#" * min(max(level, 1), 6) + " " + text, self.origin(node) - 1)
+        self.out.gap()
+
+    def paragraph(self, node: nodes.Element) -> None:
+        text = "\n".join(line.strip() for line in _inline(node).strip("\n").split("\n"))
+        if text.strip():
+            self.out.gap()
+            self.out.add(text, self.origin(node))
+
+    def code(self, text: str, language: str, origin: int) -> None:
+        text = text.rstrip("\n")
+        if not text.strip():
+            return
+        fence = "```"
+        while fence in text:
+            fence += "`"
+        self.out.gap()
+        self.out.add(fence + language, max(origin - 1, 0))
+        self.out.add(text, origin)
+        self.out.add(fence, self.out.last_origin() + 1)
+
+    def list_items(self, node: nodes.Element) -> None:
+        numbered = isinstance(node, nodes.enumerated_list)
+        for number, item in enumerate(node.children, start=1):
+            if not isinstance(item, nodes.list_item):
+                continue
+            self.item(item, f"{number}. " if numbered else "- ")
+
+    def item(self, item: nodes.Element, marker: str) -> None:
+        """A list item: its first line after the marker, the rest indented under it."""
+        part = _Output()
+        _Writer(part, self.source, self.offset, self.depth, self.nesting).blocks(item)
+        while part.lines and not part.lines[0].strip():
+            part.lines.pop(0)
+            part.origins.pop(0)
+        if not part.lines:
+            return
+        if not self.out.lines or self.out.lines[-1].strip() == "" or not _is_item(self.out.lines[-1]):
+            self.out.gap()
+        pad = " " * len(marker)
+        for index, (line, origin) in enumerate(zip(part.lines, part.origins, strict=True)):
+            self.out.add((marker if index == 0 else pad) + line if line else "", origin)
+
+    def labelled(self, node: nodes.Element) -> None:
+        """Definition, field and option lists: a label line, then its text."""
+        for entry in node.children:
+            if not isinstance(entry, nodes.Element) or not entry.children:
+                continue
+            label, *body = entry.children
+            text = " ".join(_inline(label).split())
+            if isinstance(label, nodes.option_group):
+                text = ", ".join(_inline(option).strip() for option in label.children)
+            self.out.gap()
+            self.out.add(text + (":" if isinstance(entry, nodes.field) else ""), self.origin(entry))
+            for part in body:
+                if not isinstance(part, nodes.Element):
+                    continue
+                before = len(self.out.lines)
+                self.blocks(part)
+                # the text right under its label, as a reader sees it
+                if len(self.out.lines) > before and self.out.lines[before] == "":
+                    del self.out.lines[before]
+                    del self.out.origins[before]
+
+    def table(self, node: nodes.table) -> None:
+        rows: list[tuple[list[str], int]] = []
+        for group in node.findall(nodes.tgroup):
+            for part in group.children:
+                for row in part.children if isinstance(part, nodes.thead | nodes.tbody) else []:
+                    cells = [" ".join(_inline(entry).split()).replace("|", "\\|") for entry in row.children]
+                    rows.append((cells, self.origin(row.next_node(nodes.paragraph) or row)))
+            break  # a table has one group
+        rows = [(cells, origin) for cells, origin in rows if any(cells)]
+        if not rows:
+            return
+        width = max(len(cells) for cells, _ in rows)
+        self.out.gap()
+        for index, (cells, origin) in enumerate(rows):
+            padded = cells + [""] * (width - len(cells))
+            self.out.add("| " + " | ".join(padded) + " |", origin)
+            if index == 0:
+                # a table without a header row gets its first row as header, as the DOCX converter does
+                self.out.add("|" + "---|" * width, origin)
+
+    def message(self, node: nodes.system_message) -> None:
+        """A directive docutils does not know (Sphinx's, an extension's) or whose options it refuses: read it."""
+        quoted = next(iter(node.findall(nodes.literal_block)), None)
+        if quoted is None:
+            return
+        lines = quoted.astext().split("\n")
+        found = _DIRECTIVE.match(lines[0])
+        if not found:
+            return
+        line = node.get("line")
+        first = (line - 1) if isinstance(line, int) and line > 0 else self.out.last_origin()
+        self.directive(found.group("name"), found.group("args").strip(), lines[1:], self.offset + first)
+
+    def directive(self, name: str, args: str, lines: list[str], first: int) -> None:
+        domain, _, short = name.rpartition(":")
+        short = short.lower()
+        if name.lower() in _DROPPED or short in _DROPPED:
+            return
+        if short == "include":
+            self.out.includes.append(args)
+            return
+        start = 1
+        while start - 1 < len(lines) and _OPTION.match(lines[start - 1].strip()):
+            start += 1
+        content = textwrap.dedent("\n".join(lines[start - 1 :]))
+        if short in _CODE:
+            language = args.split(maxsplit=1)[0] if args else ""
+            self.code(content.strip("\n"), language, first + start + _leading_blank(content))
+            return
+        if short in _VERSION_LABEL:
+            version, _, rest = args.partition(" ")
+            self.out.gap()
+            self.out.add(" ".join([_VERSION_LABEL[short].format(version), rest]).strip(), first)
+        elif args and (short in _OBJECTS or domain.lower() in _OBJECT_DOMAINS):
+            self.out.gap()
+            self.out.add(_code_span(args), first)
+        elif args:  # a tab's or a card's label, a dropdown's title
+            self.out.gap()
+            self.out.add(args, first)
+        if content.strip():
+            self.nested(content, first + start)
+
+    def nested(self, content: str, offset: int) -> None:
+        if self.nesting >= MAX_NESTING:
+            self.out.gap()
+            self.out.add(content.strip("\n"), offset)
+            return
+        tree = _parse(content)
+        _Writer(self.out, content.split("\n"), offset, self.depth, self.nesting + 1).blocks(tree)
+
+
+def _leading_blank(text: str) -> int:
+    return len(text) - len(text.lstrip("\n"))
+
+
+def _is_item(line: str) -> bool:
+    return bool(re.match(r"^\s*(?:- |\d+\. )", line)) or line.startswith(" ")
+
+
+def _language(node: nodes.Element) -> str:
+    if node.get("language"):
+        return str(node["language"])
+    classes = [c for c in node.get("classes", []) if c != "code"]
+    return classes[0] if classes else ""
+
+
+def _parse(text: str) -> nodes.document:
+    return publish_doctree(text, source_path="<rst>", settings_overrides=_SETTINGS)
+
+
+def rst_to_markdown(text: str) -> tuple[str, str, list[list[int]], list[str]]:
+    """
+    Turn reStructuredText into markdown with docutils: sections into headings, code into fenced blocks, tables into
+    tables, roles into their text; directives docutils does not know (Sphinx's) keep their text, navigation and API
+    pages generated from code (`toctree`, `automodule`, ...) go.
+
+    :param text: The file's text.
+    :returns: The markdown, its title (the first section's, '' for none), its line map (`[[markdown_line,
+        file_line, 1], ...]`, as `components.core.location.file_line` reads it) and the files its `include`
+        directives name (not read).
+    :raises ValueError: If docutils cannot read the text.
+    """
+    try:
+        tree = _parse(text)
+    except Exception as err:  # docutils raises its own errors and Python's on hostile input (deep nesting)
+        msg = f"not readable reStructuredText ({type(err).__name__}: {err})"
+        raise ValueError(msg) from err
+    out = _Output()
+    _Writer(out, text.split("\n")).blocks(tree)
+    while out.lines and not out.lines[-1].strip():
+        out.lines.pop()
+        out.origins.pop()
+    return "\n".join(out.lines), out.title, moved_line_map([[0, 1, 1]], out.origins), out.includes
+
+
+@component
+class RstKnowledgeConverter:
+    """
+    Converts reStructuredText files (Sphinx and docutils documentation) into markdown Documents.
+
+    docutils parses the file; its sections become markdown headings (the breadcrumbs of the chunks), literal and code
+    blocks fenced code, tables markdown tables, lists items, admonitions their text. A role shows what a reader sees
+    (`:ref:`Install <install>`` is `Install`, `:class:`~a.Response`` is `Response`). Sphinx's directives, which
+    docutils does not know, keep their text (a tab's label, a function's signature, `versionchanged`'s "Changed in
+    version 2.0."); `toctree`, `index`, `automodule` and other navigation or generated pages go. No file the text
+    names is read (an `include` is left out and reported in `warnings`), and no configuration file of the machine.
+    `line_map` says which line of the file each markdown line stands for, so chunks keep their line range in the file.
+
+    ### Usage example
+
+    ```python
+    from components.converters.rst_knowledge_converter import RstKnowledgeConverter
+
+    result = RstKnowledgeConverter().run(sources=["knowledge/docs/quickstart.rst"])
+    print(result["documents"][0].meta["title"], result["failures"])
+    ```
+    """
+
+    def __init__(self, max_file_bytes: int = MAX_FILE_BYTES) -> None:
+        """
+        Create the converter.
+
+        :param max_file_bytes: Largest file converted (a larger one is reported as failed).
+        :raises ValueError: If the cap is not positive.
+        """
+        check_max_file_bytes(max_file_bytes)
+        docutils_import.check()
+        self.max_file_bytes = max_file_bytes
+
+    def _convert(self, source: str | Path | ByteStream, meta: dict[str, Any]) -> Document:
+        stream = read_capped(source, self.max_file_bytes)
+        merged = {**stream.meta, **meta}
+        try:
+            text = stream.data.decode("utf-8-sig")
+        except UnicodeDecodeError as err:
+            msg = f"not UTF-8 text ({err.reason} at byte {err.start})"
+            raise ValueError(msg) from None
+        markdown, title, line_map, includes = rst_to_markdown(text)
+        if includes:
+            merged["unresolved_includes"] = includes
+        if title and not merged.get("title"):
+            merged["title"] = title
+        merged["markup"] = "rst"
+        merged["line_map"] = line_map
+        return Document(content=markdown, meta=merged)
+
+    @component.output_types(documents=list[Document], failures=list[dict[str, str]], warnings=list[dict[str, str]])
+    def run(
+        self, sources: list[str | Path | ByteStream], meta: dict[str, Any] | list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """
+        Convert the given files.
+
+        :param sources: File paths or `ByteStream`s.
+        :param meta: Metadata for every source (one dict), or one dict per source.
+        :returns: `documents`: one Document per converted file; `failures`: `{"source", "reason"}` per file that
+            could not be converted; `warnings`: `{"source", "reason"}` per `include` directive, whose file is not read.
+        """
+        documents, failures = convert_each(sources, normalize_metadata(meta, len(sources)), self._convert)
+        warnings = [
+            {"source": str(doc.meta.get("source", "")), "reason": f"include not read: {target}"}
+            for doc in documents
+            for target in doc.meta.get("unresolved_includes", [])
+        ]
+        for warning in warnings:
+            logger.warning("{source}: {reason}", source=warning["source"], reason=warning["reason"])
+        return {"documents": documents, "failures": failures, "warnings": warnings}

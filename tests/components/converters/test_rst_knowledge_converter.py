@@ -1,0 +1,204 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from haystack.core.serialization import component_from_dict, component_to_dict
+from haystack.dataclasses import ByteStream
+
+from components.converters.rst_knowledge_converter import RstKnowledgeConverter, rst_to_markdown
+from components.core.location import file_line
+from components.core.markdown_text import without_code
+
+REAL = Path(__file__).resolve().parents[2] / "fixtures" / "real_docs"
+QUICKSTART = REAL / "requests" / "docs" / "user" / "quickstart.rst"
+GRADIENT_CLIP = REAL / "paddle" / "docs" / "guides" / "advanced" / "gradient_clip_cn.rst"
+
+SPHINX_PAGE = """\
+.. _install:
+
+=============
+Install Guide
+=============
+
+.. toctree::
+   :maxdepth: 2
+
+   linux
+   macos
+
+Get started with :ref:`the quickstart <quickstart>` and :class:`~requests.Session`.
+|logo| The :py:func:`requests.get` call is one line.
+
+Linux
+=====
+
+.. code-block:: bash
+   :linenos:
+
+   pip install requests
+
+.. versionchanged:: 2.0
+   Wheels are the default.
+
+.. tab:: Windows
+
+   Run ``py -m pip install requests``.
+
+.. automodule:: requests
+   :members:
+
+.. py:function:: get(url, params=None, **kwargs)
+
+   Sends a GET request.
+
+.. note:: Use a virtual environment.
+
+Options
+-------
+
++----------+---------+
+| Option   | Default |
++==========+=========+
+| timeout  | None    |
++----------+---------+
+| verify   | True    |
++----------+---------+
+"""
+
+
+def _markdown(text: str) -> str:
+    return rst_to_markdown(text)[0]
+
+
+class TestRstKnowledgeConverter:
+    def test_init_defaults_and_invalid(self):
+        assert RstKnowledgeConverter().max_file_bytes == 4 * 1024 * 1024
+        with pytest.raises(ValueError, match="max_file_bytes=0 must be a positive number of bytes"):
+            RstKnowledgeConverter(max_file_bytes=0)
+
+    def test_to_dict_from_dict(self):
+        data = component_to_dict(RstKnowledgeConverter(max_file_bytes=1000), "rst")
+        assert data["init_parameters"] == {"max_file_bytes": 1000}
+        assert component_from_dict(RstKnowledgeConverter, data, "rst").max_file_bytes == 1000
+
+    def test_sections_become_headings_of_their_level(self):
+        text, title, _, _ = rst_to_markdown(SPHINX_PAGE)
+        assert title == "Install Guide"
+        headings = [line for line in text.split("\n") if line.startswith("#")]
+        assert headings == ["# Install Guide", "## Linux", "### Options"]
+
+    def test_roles_show_their_text_and_substitutions_from_elsewhere_go(self):
+        text = _markdown(SPHINX_PAGE)
+        assert "Get started with the quickstart and Session." in text
+        assert "\nThe requests.get call is one line." in text
+        assert "|logo|" not in text and ":ref:" not in text and ":class:" not in text
+
+    def test_sphinx_directives_keep_their_text_and_navigation_goes(self):
+        text = _markdown(SPHINX_PAGE)
+        assert "```bash\npip install requests\n```" in text  # a Sphinx option docutils refuses: still code
+        assert "Changed in version 2.0.\n\nWheels are the default." in text
+        assert "Windows\n\nRun `py -m pip install requests`." in text  # a tab's label, then its text
+        assert "`get(url, params=None, **kwargs)`\n\nSends a GET request." in text
+        assert "Use a virtual environment." in text  # an admonition's text, its marker gone
+        for gone in ("toctree", "maxdepth", "linux\nmacos", "automodule", ":members:", "linenos", ".. "):
+            assert gone not in text
+
+    def test_an_admonitions_or_a_topics_title_is_text_not_a_heading(self):
+        text = _markdown(
+            "Timeouts\n========\n\n.. admonition:: Note\n\n   Not a time limit.\n\n.. topic:: Summary\n\n   Set one.\n"
+        )
+        assert text == "# Timeouts\n\nNote\n\nNot a time limit.\n\nSummary\n\nSet one."
+
+    def test_a_grid_table_becomes_a_markdown_table(self):
+        text = _markdown(SPHINX_PAGE)
+        assert "| Option | Default |\n|---|---|\n| timeout | None |\n| verify | True |" in text
+
+    def test_a_list_table_and_nested_lists_keep_their_rows_and_items(self):
+        text = _markdown(
+            "Title\n=====\n\n.. list-table:: Limits\n   :header-rows: 1\n\n   * - Plan\n     - Seats\n"
+            "   * - Pro | Team\n     - 10\n\n* one\n\n  * inner\n\n* two\n"
+        )
+        assert "| Plan | Seats |\n|---|---|\n| Pro \\| Team | 10 |" in text
+        assert "- one\n\n  - inner\n- two" in text
+
+    def test_each_markdown_line_points_at_its_line_in_the_file(self):
+        source = SPHINX_PAGE.split("\n")
+        text, _, line_map, _ = rst_to_markdown(SPHINX_PAGE)
+        lines = text.split("\n")
+        for wanted in ("pip install requests", "Sends a GET request.", "| timeout | None |"):
+            at = lines.index(wanted)
+            assert wanted.strip("| ").split()[0] in source[file_line(line_map, at) - 1], wanted
+        assert source[file_line(line_map, lines.index("## Linux")) - 1] == "Linux"
+
+    def test_a_code_directives_block_points_at_its_first_line_not_after_its_end(self):
+        # docutils gives a `.. code::` block the line after its end
+        source = GRADIENT_CLIP.read_text(encoding="utf-8").split("\n")
+        text, _, line_map, _ = rst_to_markdown(GRADIENT_CLIP.read_text(encoding="utf-8"))
+        lines = text.split("\n")
+        at = lines.index("import paddle.nn.functional as F")
+        assert source[file_line(line_map, at) - 1].strip() == "import paddle.nn.functional as F"
+
+    def test_no_file_the_text_names_is_read(self, tmp_path: Path):
+        secret = tmp_path / "secret.txt"
+        secret.write_text("TOP SECRET", encoding="utf-8")
+        text, _, _, includes = rst_to_markdown(
+            f"T\n=\n\n.. include:: {secret}\n\n.. raw:: html\n   :file: {secret}\n\n"
+            f".. csv-table:: Data\n   :file: {secret}\n\n.. literalinclude:: {secret}\n\nDone.\n"
+        )
+        assert "TOP SECRET" not in text and "Done." in text
+        assert includes == [str(secret)]
+
+    def test_directives_nested_deeper_than_the_limit_keep_their_text(self):
+        text = "Title\n=====\n\n"
+        for depth in range(12):
+            text += "   " * depth + f".. tab:: Level {depth}\n\n"
+        text += "   " * 12 + "Deepest text.\n"
+        markdown = _markdown(text)
+        assert "Deepest text." in markdown and "Level 0" in markdown
+
+    def test_a_real_sphinx_page_keeps_no_markup_outside_code(self):
+        text, title, _, includes = rst_to_markdown(QUICKSTART.read_text(encoding="utf-8"))
+        assert title == "Quickstart" and includes == []
+        prose = without_code(text)
+        for residue in (":ref:`", ":class:`", ":meth:`", ".. ", "::\n", "`_", "====", "----"):
+            assert residue not in prose, residue
+        assert "Now, we have a Response object called `r`." in text  # `:class:`Response <requests.Response>``
+        assert "```\n>>> import requests\n```" in text
+
+    def test_chinese_titles_with_overlines_become_headings(self):
+        page = REAL / "paddle" / "docs" / "install" / "instalL_NGC_PaddlePaddle_ch.rst"
+        text, title, _, _ = rst_to_markdown(page.read_text(encoding="utf-8"))
+        assert title == "NGC 飞桨容器安装指南"
+        assert [line for line in text.split("\n") if line.startswith("#")][:3] == [
+            "# NGC 飞桨容器安装指南",
+            "## 整体介绍",
+            "## 环境准备",
+        ]
+
+    def test_run_converts_files_and_reports_what_it_cannot(self, tmp_path: Path):
+        (tmp_path / "latin1.rst").write_bytes("Caf\xe9\n====\n".encode("latin-1"))
+        (tmp_path / "big.rst").write_text("x" * 2000, encoding="utf-8")
+        (tmp_path / "good.rst").write_text("Good\n====\n\nText.\n", encoding="utf-8")
+        metas = [{"source": name} for name in ("latin1.rst", "big.rst", "good.rst")]
+        out = RstKnowledgeConverter(max_file_bytes=1000).run(
+            sources=[tmp_path / "latin1.rst", tmp_path / "big.rst", tmp_path / "good.rst"], meta=metas
+        )
+        assert [doc.meta["source"] for doc in out["documents"]] == ["good.rst"]
+        reasons = {failure["source"]: failure["reason"] for failure in out["failures"]}
+        assert "not UTF-8 text" in reasons["latin1.rst"]
+        assert "over the 1000-byte cap" in reasons["big.rst"]
+
+    def test_run_gives_title_markup_line_map_and_include_warnings(self):
+        stream = ByteStream(b"Guide\n=====\n\n.. include:: ../README.rst\n\nBody.\n", meta={"file_path": "g.rst"})
+        out = RstKnowledgeConverter().run(sources=[stream], meta=[{"source": "docs/g.rst", "doc_version": "v1"}])
+        [doc] = out["documents"]
+        assert doc.content == "# Guide\n\nBody."
+        assert (doc.meta["title"], doc.meta["markup"], doc.meta["doc_version"]) == ("Guide", "rst", "v1")
+        assert file_line(doc.meta["line_map"], 2) == 6
+        assert out["warnings"] == [{"source": "docs/g.rst", "reason": "include not read: ../README.rst"}]
+        assert out["failures"] == []
+
+    def test_empty_input_gives_empty_output(self):
+        assert RstKnowledgeConverter().run(sources=[]) == {"documents": [], "failures": [], "warnings": []}
+        assert rst_to_markdown("") == ("", "", [], [])
