@@ -51,6 +51,11 @@ _OPTION = re.compile(r"^:[\w .+-]+:(?:[ \t]|$)")
 _ROLE = re.compile(r"^:(?P<role>[\w.+:-]+):`(?P<body>.*)`$", re.DOTALL)
 _TITLED = re.compile(r"^(?P<title>.*?)\s*<(?P<target>[^<>]*)>$", re.DOTALL)
 _SUBSTITUTION = re.compile(r"^\|[^|]+\|_{0,2}$")
+#: the roles Sphinx shows in code type (an API object, a file, a command); others (`ref`, `doc`, `term`) as text
+_CODE_ROLES = frozenset(
+    {"attr", "class", "func", "meth", "mod", "data", "exc", "obj", "const", "member", "macro", "type", "var"}
+    | {"envvar", "option", "file", "program", "command", "samp", "makevar", "code", "literal"}
+)
 
 #: directives whose content is no text of the page: navigation, API pages generated from code, diagrams, styling
 _DROPPED = frozenset(
@@ -146,8 +151,13 @@ class _Output:
         return self.origins[-1] if self.origins else 0
 
 
-def _role_text(raw: str) -> str:
-    """What a reader sees of a role docutils does not know: `:ref:`Install <install>`` shows `Install`."""
+def _role_text(raw: str, code: bool = True) -> str:
+    """
+    What a reader sees of a role docutils does not know: `:ref:`Install <install>`` shows `Install`,
+    `:class:`~requests.Response`` shows `Response` in code type.
+
+    :param code: Show an API object's role as a code span (not in a heading: headings are read as text).
+    """
     if _SUBSTITUTION.match(raw):  # a substitution defined elsewhere (Sphinx's conf.py, an image)
         return ""
     found = _ROLE.match(raw)
@@ -155,10 +165,14 @@ def _role_text(raw: str) -> str:
         return raw
     body = found.group("body")
     if titled := _TITLED.match(body):
-        return titled.group("title") or titled.group("target")
-    if body.startswith("~"):  # `~requests.Response` shows `Response`
-        return body[1:].rsplit(".", 1)[-1]
-    return body.lstrip("!")
+        text = titled.group("title") or titled.group("target")
+    elif body.startswith("~"):  # `~requests.Response` shows `Response`
+        text = body[1:].rsplit(".", 1)[-1]
+    else:
+        text = body.lstrip("!")
+    if code and found.group("role").rsplit(":", 1)[-1] in _CODE_ROLES:
+        return _code_span(text)
+    return text
 
 
 def _code_span(text: str) -> str:
@@ -167,20 +181,24 @@ def _code_span(text: str) -> str:
     return f"{ticks}{pad}{text}{pad}{ticks}"
 
 
-def _inline(node: nodes.Node) -> str:
-    """A node's text as one markdown paragraph would hold it: code spans kept, other inline markup removed."""
+def _inline(node: nodes.Node, code: bool = True) -> str:
+    """
+    A node's text as one markdown paragraph would hold it: code spans kept, other inline markup removed.
+
+    :param code: Keep code spans (not in a heading, which is read as text).
+    """
     if isinstance(node, nodes.Text):
         return str(node)
     if isinstance(node, nodes.literal):
-        return _code_span(node.astext())
+        return _code_span(node.astext()) if code else node.astext()
     if isinstance(node, nodes.problematic):
-        return _role_text(node.astext())
+        return _role_text(node.astext(), code)
     if isinstance(node, nodes.system_message | nodes.target | nodes.footnote_reference | nodes.citation_reference):
         return ""
     if isinstance(node, nodes.image):
         return str(node.get("alt", ""))
     if isinstance(node, nodes.Element):
-        return "".join(_inline(child) for child in node.children)
+        return "".join(_inline(child, code) for child in node.children)
     return node.astext()
 
 
@@ -272,7 +290,7 @@ class _Writer:
                 inner.block(child)
 
     def heading(self, node: nodes.title, level: int) -> None:
-        text = " ".join(_inline(node).split())
+        text = " ".join(_inline(node, code=False).split())
         if not text:
             return
         self.out.title = self.out.title or text

@@ -90,8 +90,8 @@ class TestRstKnowledgeConverter:
 
     def test_roles_show_their_text_and_substitutions_from_elsewhere_go(self):
         text = _markdown(SPHINX_PAGE)
-        assert "Get started with the quickstart and Session." in text
-        assert "\nThe requests.get call is one line." in text
+        assert "Get started with the quickstart and `Session`." in text  # an API object in code type, as Sphinx shows
+        assert "\nThe `requests.get` call is one line." in text
         assert "|logo|" not in text and ":ref:" not in text and ":class:" not in text
 
     def test_sphinx_directives_keep_their_text_and_navigation_goes(self):
@@ -103,6 +103,12 @@ class TestRstKnowledgeConverter:
         assert "Use a virtual environment." in text  # an admonition's text, its marker gone
         for gone in ("toctree", "maxdepth", "linux\nmacos", "automodule", ":members:", "linenos", ".. "):
             assert gone not in text
+
+    def test_a_heading_is_read_as_text(self):
+        text, title, _, _ = rst_to_markdown(
+            "The ``timeout`` of :class:`~requests.Session`\n" + "=" * 50 + "\n\nText.\n"
+        )
+        assert title == "The timeout of Session" and text.startswith("# The timeout of Session\n")
 
     def test_an_admonitions_or_a_topics_title_is_text_not_a_heading(self):
         text = _markdown(
@@ -163,7 +169,7 @@ class TestRstKnowledgeConverter:
         prose = without_code(text)
         for residue in (":ref:`", ":class:`", ":meth:`", ".. ", "::\n", "`_", "====", "----"):
             assert residue not in prose, residue
-        assert "Now, we have a Response object called `r`." in text  # `:class:`Response <requests.Response>``
+        assert "Now, we have a `Response` object called `r`." in text  # `:class:`Response <requests.Response>``
         assert "```\n>>> import requests\n```" in text
 
     def test_chinese_titles_with_overlines_become_headings(self):
