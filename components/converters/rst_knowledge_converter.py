@@ -168,8 +168,8 @@ def _role_text(raw: str, code: bool = True) -> str:
         text = titled.group("title") or titled.group("target")
     elif body.startswith("~"):  # `~requests.Response` shows `Response`
         text = body[1:].rsplit(".", 1)[-1]
-    else:
-        text = body.lstrip("!")
+    else:  # `!` shows the target without linking it; a leading `.` asks Sphinx to find it by its suffix
+        text = body.lstrip("!").removeprefix(".")
     if code and found.group("role").rsplit(":", 1)[-1] in _CODE_ROLES:
         return _code_span(text)
     return text
@@ -431,6 +431,16 @@ class _Writer:
         _Writer(self.out, content.split("\n"), offset, self.depth, self.nesting + 1).blocks(tree)
 
 
+def _has_text(markdown: str) -> bool:
+    """Whether the markdown holds a line that is no heading (a page of headings alone is no evidence of anything)."""
+    return any(line.strip() and not line.startswith("#") for line in markdown.split("\n"))
+
+
+def _headings_only(includes: list[str] | None) -> str:
+    reason = "no text besides its headings"
+    return f"{reason} (the file it includes is not read: {', '.join(includes)})" if includes else reason
+
+
 def _leading_blank(text: str) -> int:
     return len(text) - len(text.lstrip("\n"))
 
@@ -526,7 +536,12 @@ class RstKnowledgeConverter:
         merged["line_map"] = line_map
         return Document(content=markdown, meta=merged)
 
-    @component.output_types(documents=list[Document], failures=list[dict[str, str]], warnings=list[dict[str, str]])
+    @component.output_types(
+        documents=list[Document],
+        failures=list[dict[str, str]],
+        warnings=list[dict[str, str]],
+        skipped=list[dict[str, str]],
+    )
     def run(
         self, sources: list[str | Path | ByteStream], meta: dict[str, Any] | list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
@@ -536,9 +551,17 @@ class RstKnowledgeConverter:
         :param sources: File paths or `ByteStream`s.
         :param meta: Metadata for every source (one dict), or one dict per source.
         :returns: `documents`: one Document per converted file; `failures`: `{"source", "reason"}` per file that
-            could not be converted; `warnings`: `{"source", "reason"}` per `include` directive, whose file is not read.
+            could not be converted; `warnings`: `{"source", "reason"}` per `include` directive, whose file is not read;
+            `skipped`: `{"source", "reason"}` per file with no text besides its headings (a page that only includes
+            another file, or a Sphinx index of other pages), never indexed.
         """
-        documents, failures = convert_each(sources, normalize_metadata(meta, len(sources)), self._convert)
+        converted, failures = convert_each(sources, normalize_metadata(meta, len(sources)), self._convert)
+        documents = [doc for doc in converted if _has_text(doc.content or "")]
+        skipped = [
+            {"source": str(doc.meta.get("source", "")), "reason": _headings_only(doc.meta.get("unresolved_includes"))}
+            for doc in converted
+            if not _has_text(doc.content or "")
+        ]
         warnings = [
             {"source": str(doc.meta.get("source", "")), "reason": f"include not read: {target}"}
             for doc in documents
@@ -546,4 +569,4 @@ class RstKnowledgeConverter:
         ]
         for warning in warnings:
             logger.warning("{source}: {reason}", source=warning["source"], reason=warning["reason"])
-        return {"documents": documents, "failures": failures, "warnings": warnings}
+        return {"documents": documents, "failures": failures, "warnings": warnings, "skipped": skipped}

@@ -557,11 +557,12 @@ RST_RESIDUE = [
 
 @pytest.fixture(scope="module")
 def sphinx_site(tmp_path_factory):
-    """The Sphinx documentation of Requests (English) and of PaddlePaddle (Chinese), as `.rst` files."""
+    """The Sphinx documentation of Requests and Flask (English) and of PaddlePaddle (Chinese), as `.rst` files."""
     base = tmp_path_factory.mktemp("sphinx_site")
     ignored = shutil.ignore_patterns("LICENSE", "SOURCES.md")
     shutil.copytree(FIXTURES / "requests" / "docs", base / "knowledge" / "requests", ignore=ignored)
     shutil.copytree(FIXTURES / "paddle" / "docs", base / "knowledge" / "paddle", ignore=ignored)
+    shutil.copytree(FIXTURES / "flask" / "docs", base / "knowledge" / "flask", ignore=ignored)
     indexer = KnowledgeIndexer(Deployment.resolve(base / "data"))
     try:
         summary = indexer.index(base / "knowledge", progress=False)
@@ -577,7 +578,12 @@ def sphinx_site(tmp_path_factory):
 class TestSphinxSite:
     def test_every_rst_page_is_indexed_with_its_title(self, sphinx_site):
         _, summary, stored, _ = sphinx_site
-        assert (summary.files, summary.indexed, summary.failures, summary.warnings) == (6, 6, [], [])
+        assert (summary.files, summary.indexed, summary.failures, summary.warnings) == (9, 7, [], [])
+        # a title and an include, a title and a literalinclude: headings alone are no evidence of anything
+        assert sorted((s["source"], s["reason"]) for s in summary.not_indexed) == [
+            ("flask/changes.rst", "no text besides its headings (the file it includes is not read: ../CHANGES.rst)"),
+            ("flask/license.rst", "no text besides its headings"),
+        ]
         titles = {c.meta["source"]: c.meta["title"] for c in stored}
         assert titles["requests/user/quickstart.rst"] == "Quickstart"
         assert titles["requests/community/faq.rst"] == "Frequently Asked Questions"
@@ -623,6 +629,7 @@ class TestSphinxSite:
         [
             ("How do I use HTTP Digest authentication?", "requests/user/authentication.rst"),
             ("How do I upload a multipart-encoded file?", "requests/user/quickstart.rst"),
+            ("How do I stream a response from a Flask view?", "flask/patterns/streaming.rst"),
             ("What does the hostname doesn't match error mean?", "requests/community/faq.rst"),
             ("如何设置 FLAGS_allocator_strategy 分配器策略？", "paddle/guides/flags/memory_cn.rst"),
             ("如何通过 L2 范数裁剪梯度？", "paddle/guides/advanced/gradient_clip_cn.rst"),

@@ -28,7 +28,7 @@ Install Guide
    macos
 
 Get started with :ref:`the quickstart <quickstart>` and :class:`~requests.Session`.
-|logo| The :py:func:`requests.get` call is one line.
+|logo| The :py:func:`requests.get` call is one line; the :data:`.request` proxy too.
 
 Linux
 =====
@@ -91,7 +91,7 @@ class TestRstKnowledgeConverter:
     def test_roles_show_their_text_and_substitutions_from_elsewhere_go(self):
         text = _markdown(SPHINX_PAGE)
         assert "Get started with the quickstart and `Session`." in text  # an API object in code type, as Sphinx shows
-        assert "\nThe `requests.get` call is one line." in text
+        assert "\nThe `requests.get` call is one line; the `request` proxy too." in text
         assert "|logo|" not in text and ":ref:" not in text and ":class:" not in text
 
     def test_sphinx_directives_keep_their_text_and_navigation_goes(self):
@@ -203,8 +203,32 @@ class TestRstKnowledgeConverter:
         assert (doc.meta["title"], doc.meta["markup"], doc.meta["doc_version"]) == ("Guide", "rst", "v1")
         assert file_line(doc.meta["line_map"], 2) == 6
         assert out["warnings"] == [{"source": "docs/g.rst", "reason": "include not read: ../README.rst"}]
-        assert out["failures"] == []
+        assert out["failures"] == [] and out["skipped"] == []
+
+    def test_a_page_of_headings_alone_is_skipped_with_its_reason(self):
+        # Flask's changes.rst: a title and the include of ../CHANGES.rst; its license.rst: a literalinclude
+        pages = [
+            b"Changes\n=======\n\n.. include:: ../CHANGES.rst\n",
+            b"License\n=======\n\n.. literalinclude:: L.txt\n",
+        ]
+        out = RstKnowledgeConverter().run(
+            sources=[ByteStream(page) for page in pages], meta=[{"source": "changes.rst"}, {"source": "license.rst"}]
+        )
+        assert out["documents"] == [] and out["failures"] == []
+        assert out["skipped"] == [
+            {
+                "source": "changes.rst",
+                "reason": "no text besides its headings (the file it includes is not read: ../CHANGES.rst)",
+            },
+            {"source": "license.rst", "reason": "no text besides its headings"},
+        ]
+        assert out["warnings"] == []  # the skip names the include
 
     def test_empty_input_gives_empty_output(self):
-        assert RstKnowledgeConverter().run(sources=[]) == {"documents": [], "failures": [], "warnings": []}
+        assert RstKnowledgeConverter().run(sources=[]) == {
+            "documents": [],
+            "failures": [],
+            "warnings": [],
+            "skipped": [],
+        }
         assert rst_to_markdown("") == ("", "", [], [])
