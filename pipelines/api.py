@@ -116,7 +116,7 @@ def lookup_inputs(
     :param session_id: Optional session.
     :param filters: The caller's explicit filters, for the `DocumentFilterResolver`.
     :param max_chars: The caller's character budget, for the `ContextPacker`.
-    :param exclude: Evidence keys earlier pages delivered (a cursor's), for the `SessionEvidenceFilter`.
+    :param exclude: Evidence and text keys earlier pages delivered (a cursor's), for the `SessionEvidenceFilter`.
     :param principal: Who is calling (default `ANONYMOUS`: public pages only): its groups for the
         `DocumentFilterResolver` and the `L0HintProvider`, its name for the `SessionEvidenceFilter` and the recorder.
     :returns: The inputs.
@@ -173,7 +173,7 @@ def lookup(
     :param session_id: Optional session; evidence already returned in it is not returned again.
     :param filters: Explicit filters (`category`, `tags`, `source_prefix`, `updated_after`, declared fields): strict.
     :param max_chars: The character budget of the evidence (capped by the packer's `max_char_budget`).
-    :param exclude: Evidence keys not to return again (what a cursor's earlier pages delivered).
+    :param exclude: Evidence and text keys not to return again (what a cursor's earlier pages delivered).
     :param principal: Who is calling (default `ANONYMOUS`: public pages only; `pipelines.access`).
     :returns: The camelCase `LookupResult` JSON (with `traceId`).
     """

@@ -34,6 +34,7 @@ _SETTINGS = {
     "raw_enabled": False,
     "syntax_highlight": "none",
     "doctitle_xform": False,
+    "docinfo_xform": False,
     "sectsubtitle_xform": False,
     "report_level": 5,
     "halt_level": 5,
@@ -44,12 +45,17 @@ _SETTINGS = {
     "rfc_references": False,
 }
 
+#: the fields of a page's first field list that Sphinx reads as its settings, no text of the page
+_PAGE_SETTINGS = frozenset({"orphan", "tocdepth", "nocomments", "nosearch", "no-search", "hide-toc", "private"})
 #: the directive a docutils error quotes: `.. name:: arguments`
 _DIRECTIVE = re.compile(r"^\.\.[ \t]+(?P<name>[\w.+:-]+)[ \t]*::(?P<args>.*)$")
 _OPTION = re.compile(r"^:[\w .+-]+:(?:[ \t]|$)")
+#: a directive's own line (its argument kept) or an option line, in text kept as it is (past MAX_NESTING)
+_MARKUP_LINE = re.compile(r"^\s*(?:\.\.[ \t]+[\w.+:-]+[ \t]*::(?P<args>.*)|:[\w .+-]+:(?:[ \t].*)?)$")
 #: an interpreted text role (Sphinx's `:ref:`, `:py:func:`, ...): its text is what a reader sees
 _ROLE = re.compile(r"^:(?P<role>[\w.+:-]+):`(?P<body>.*)`$", re.DOTALL)
 _TITLED = re.compile(r"^(?P<title>.*?)\s*<(?P<target>[^<>]*)>$", re.DOTALL)
+_HEADING_LIKE = re.compile(r"^#{1,6}(?:\s|$)")
 _SUBSTITUTION = re.compile(r"^\|[^|]+\|_{0,2}$")
 #: the roles Sphinx shows in code type (an API object, a file, a command); others (`ref`, `doc`, `term`) as text
 _CODE_ROLES = frozenset(
@@ -93,10 +99,17 @@ _DROPPED = frozenset(
         "spelling:word-list",
         "jinja",
         "raw",
+        "testsetup",
+        "testcleanup",
     }
 )
 #: directives that hold code: their content becomes a code block in the language of their argument
-_CODE = frozenset({"code-block", "sourcecode", "code", "code-cell", "ipython", "jupyter-execute", "productionlist"})
+_CODE = frozenset(
+    {"code-block", "sourcecode", "code", "code-cell", "code-tab", "ipython", "jupyter-execute", "productionlist"}
+    | {"testcode", "doctest", "testoutput", "prompt"}
+)
+#: directives whose argument is a build condition: their content is kept, the condition is no text
+_CONDITIONS = frozenset({"only", "ifconfig"})
 #: what Sphinx writes before a version directive's text
 _VERSION_LABEL = {
     "versionadded": "New in version {}.",
@@ -193,7 +206,9 @@ def _inline(node: nodes.Node, code: bool = True) -> str:
         return _code_span(node.astext()) if code else node.astext()
     if isinstance(node, nodes.problematic):
         return _role_text(node.astext(), code)
-    if isinstance(node, nodes.system_message | nodes.target | nodes.footnote_reference | nodes.citation_reference):
+    if isinstance(node, nodes.footnote_reference | nodes.citation_reference):
+        return f"[{node.astext()}]"
+    if isinstance(node, nodes.system_message | nodes.target):
         return ""
     if isinstance(node, nodes.image):
         return str(node.get("alt", ""))
@@ -262,6 +277,8 @@ class _Writer:
                 self.out.add(_inline(line), self.origin(line))
         elif isinstance(node, nodes.system_message):
             self.message(node)
+        elif isinstance(node, nodes.footnote | nodes.citation):
+            self.note(node)
         elif isinstance(
             node,
             nodes.comment
@@ -300,10 +317,22 @@ class _Writer:
         self.out.gap()
 
     def paragraph(self, node: nodes.Element) -> None:
-        text = "\n".join(line.strip() for line in _inline(node).strip("\n").split("\n"))
+        lines = (line.strip() for line in _inline(node).strip("\n").split("\n"))
+        # a prose line that starts with `#` is no heading: `The number\n# of retries`
+        text = "\n".join("\\" + line if _HEADING_LIKE.match(line) else line for line in lines)
         if text.strip():
             self.out.gap()
             self.out.add(text, self.origin(node))
+
+    def note(self, node: nodes.Element) -> None:
+        """A footnote or a citation: its label in brackets before its text, as its references show it."""
+        label = next((child.astext() for child in node.children if isinstance(child, nodes.label)), "")
+        text = " ".join(
+            " ".join(_inline(child).split()) for child in node.children if isinstance(child, nodes.paragraph)
+        )
+        if text:
+            self.out.gap()
+            self.out.add(f"[{label}] {text}" if label else text, self.origin(node))
 
     def code(self, text: str, language: str, origin: int) -> None:
         text = text.rstrip("\n")
@@ -319,7 +348,8 @@ class _Writer:
 
     def list_items(self, node: nodes.Element) -> None:
         numbered = isinstance(node, nodes.enumerated_list)
-        for number, item in enumerate(node.children, start=1):
+        start = node.get("start", 1) if numbered else 1
+        for number, item in enumerate(node.children, start=start if isinstance(start, int) else 1):
             if not isinstance(item, nodes.list_item):
                 continue
             self.item(item, f"{number}. " if numbered else "- ")
@@ -346,6 +376,12 @@ class _Writer:
                 continue
             label, *body = entry.children
             text = " ".join(_inline(label).split())
+            if isinstance(entry, nodes.field) and text.lower() in _PAGE_SETTINGS:
+                continue
+            classifiers = [part for part in body if isinstance(part, nodes.classifier)]
+            if classifiers:  # numpydoc's `x : int`
+                text = " : ".join([text, *(" ".join(_inline(part).split()) for part in classifiers)])
+                body = [part for part in body if not isinstance(part, nodes.classifier)]
             if isinstance(label, nodes.option_group):
                 text = ", ".join(_inline(option).strip() for option in label.children)
             self.out.gap()
@@ -362,11 +398,14 @@ class _Writer:
 
     def table(self, node: nodes.table) -> None:
         rows: list[tuple[list[str], int]] = []
+        table_origin = self.origin(node)
         for group in node.findall(nodes.tgroup):
+            below: dict[int, tuple[int, str]] = {}  # a column -> rows a cell above still spans, and its text
             for part in group.children:
                 for row in part.children if isinstance(part, nodes.thead | nodes.tbody) else []:
-                    cells = [" ".join(_inline(entry).split()).replace("|", "\\|") for entry in row.children]
-                    rows.append((cells, self.origin(row.next_node(nodes.paragraph) or row)))
+                    cells = _row_cells(row, below)
+                    paragraph = row.next_node(nodes.paragraph)
+                    rows.append((cells, self.origin(paragraph) if paragraph is not None else table_origin))
             break  # a table has one group
         rows = [(cells, origin) for cells, origin in rows if any(cells)]
         if not rows:
@@ -402,6 +441,12 @@ class _Writer:
             self.out.includes.append(args)
             return
         start = 1
+        if short in _OBJECTS or domain.lower() in _OBJECT_DOMAINS:
+            # more signatures, one a line, before the options (`get(url)` then `post(url)`; `f(a, \` then `b)`)
+            while start - 1 < len(lines) and lines[start - 1].strip() and not _OPTION.match(lines[start - 1].strip()):
+                more = lines[start - 1].strip()
+                args = args[:-1].rstrip() + " " + more if args.endswith("\\") else f"{args}\n{more}"
+                start += 1
         while start - 1 < len(lines) and _OPTION.match(lines[start - 1].strip()):
             start += 1
         content = textwrap.dedent("\n".join(lines[start - 1 :]))
@@ -413,9 +458,11 @@ class _Writer:
             version, _, rest = args.partition(" ")
             self.out.gap()
             self.out.add(" ".join([_VERSION_LABEL[short].format(version), rest]).strip(), first)
+        elif short in _CONDITIONS:  # `.. only:: html`: its text is the page's, its condition is not
+            pass
         elif args and (short in _OBJECTS or domain.lower() in _OBJECT_DOMAINS):
             self.out.gap()
-            self.out.add(_code_span(args), first)
+            self.out.add("\n".join(_code_span(signature) for signature in args.split("\n")), first)
         elif args:  # a tab's or a card's label, a dropdown's title
             self.out.gap()
             self.out.add(args, first)
@@ -425,10 +472,37 @@ class _Writer:
     def nested(self, content: str, offset: int) -> None:
         if self.nesting >= MAX_NESTING:
             self.out.gap()
-            self.out.add(content.strip("\n"), offset)
+            kept = [_MARKUP_LINE.sub(lambda m: m.group("args") or "", line).strip() for line in content.split("\n")]
+            self.out.add(re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip("\n"), offset)
             return
         tree = _parse(content)
         _Writer(self.out, content.split("\n"), offset, self.depth, self.nesting + 1).blocks(tree)
+
+
+def _row_cells(row: nodes.Element, below: dict[int, tuple[int, str]]) -> list[str]:
+    """
+    A table row's cells, a merged cell's text repeated in every cell it spans (as the Word converter does).
+
+    :param below: Per column, the rows a cell above still spans and its text; updated for the rows below.
+    """
+    cells: list[str] = []
+
+    def spanned() -> None:
+        while len(cells) in below:
+            left, text = below.pop(len(cells))
+            if left > 1:
+                below[len(cells)] = (left - 1, text)
+            cells.append(text)
+
+    for entry in row.children:
+        spanned()
+        text = " ".join(_inline(entry).split()).replace("|", "\\|")
+        for _ in range(1 + int(entry.get("morecols", 0))):
+            if entry.get("morerows"):
+                below[len(cells)] = (int(entry["morerows"]), text)
+            cells.append(text)
+    spanned()
+    return cells
 
 
 def _has_text(markdown: str) -> bool:
@@ -436,8 +510,8 @@ def _has_text(markdown: str) -> bool:
     return any(line.strip() and not line.startswith("#") for line in markdown.split("\n"))
 
 
-def _headings_only(includes: list[str] | None) -> str:
-    reason = "no text besides its headings"
+def _headings_only(markdown: str, includes: list[str] | None) -> str:
+    reason = "no text besides its headings" if markdown.strip() else "no text"
     return f"{reason} (the file it includes is not read: {', '.join(includes)})" if includes else reason
 
 
@@ -472,17 +546,21 @@ def rst_to_markdown(text: str) -> tuple[str, str, list[list[int]], list[str]]:
         directives name (not read).
     :raises ValueError: If docutils cannot read the text.
     """
+    # docutils counts lines as `splitlines` does after this; a file's other separators are too rare to map
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    source = text.split("\n")
+    out = _Output()
     try:
-        tree = _parse(text)
-    except Exception as err:  # docutils raises its own errors and Python's on hostile input (deep nesting)
+        _Writer(out, source).blocks(_parse(text))
+    except Exception as err:  # docutils raises its own errors, and Python's on hostile input (deep nesting)
         msg = f"not readable reStructuredText ({type(err).__name__}: {err})"
         raise ValueError(msg) from err
-    out = _Output()
-    _Writer(out, text.split("\n")).blocks(tree)
     while out.lines and not out.lines[-1].strip():
         out.lines.pop()
         out.origins.pop()
-    return "\n".join(out.lines), out.title, moved_line_map([[0, 1, 1]], out.origins), out.includes
+    last = max(len(text.splitlines()) - 1, 0)  # a final line break starts no line
+    origins = [min(origin, last) for origin in out.origins]  # a closing fence after the file's last line
+    return "\n".join(out.lines), out.title, moved_line_map([[0, 1, 1]], origins), out.includes
 
 
 @component
@@ -558,7 +636,10 @@ class RstKnowledgeConverter:
         converted, failures = convert_each(sources, normalize_metadata(meta, len(sources)), self._convert)
         documents = [doc for doc in converted if _has_text(doc.content or "")]
         skipped = [
-            {"source": str(doc.meta.get("source", "")), "reason": _headings_only(doc.meta.get("unresolved_includes"))}
+            {
+                "source": str(doc.meta.get("source", "")),
+                "reason": _headings_only(doc.content or "", doc.meta.get("unresolved_includes")),
+            }
             for doc in converted
             if not _has_text(doc.content or "")
         ]

@@ -119,7 +119,10 @@ def _held(doc: Document, keys: set[str], stored: bool = False) -> bool:
     """
     Whether a block's evidence key or text key is among `keys`.
 
+    :param doc: An evidence block.
+    :param keys: Evidence and text keys held back.
     :param stored: The keys were read back from trace rows, which hold keys as `safe_text` made them.
+    :returns: True when the block is held back.
     """
     own = (doc.meta.get("evidence_key"), doc.meta.get("text_key"))
     return any(key is not None and (safe_text(str(key)) if stored else key) in keys for key in own)

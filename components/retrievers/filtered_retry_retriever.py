@@ -40,7 +40,14 @@ def _stage(attempt: dict[str, Any], name: str) -> Iterator[None]:
 
 
 def _candidate_meta(doc: Document, attempt: str, usable: bool) -> dict[str, Any]:
-    """A candidate's meta: its attempt, evidence and text keys, and whether its similarity makes it usable evidence."""
+    """
+    A candidate's meta: its attempt, evidence and text keys, and whether its similarity makes it usable evidence.
+
+    :param doc: The chunk as the search returned it.
+    :param attempt: The attempt that found it.
+    :param usable: Whether its similarity makes it usable evidence.
+    :returns: The meta (a new dict).
+    """
     meta = doc.meta
     return {
         **meta,

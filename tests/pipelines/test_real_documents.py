@@ -612,7 +612,7 @@ class TestSphinxSite:
         knowledge, _, stored, _ = sphinx_site
         checked = 0
         for chunk in stored:
-            lines = (knowledge / chunk.meta["source"]).read_text(encoding="utf-8").split("\n")
+            lines = (knowledge / chunk.meta["source"]).read_text(encoding="utf-8").splitlines()
             start, end = chunk.meta["line_start"], chunk.meta["line_end"]
             assert 1 <= start <= end <= len(lines), (chunk.meta["source"], start, end)
             # a line kept verbatim (code, plain prose) must lie within the range

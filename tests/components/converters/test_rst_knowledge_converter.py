@@ -161,7 +161,63 @@ class TestRstKnowledgeConverter:
             text += "   " * depth + f".. tab:: Level {depth}\n\n"
         text += "   " * 12 + "Deepest text.\n"
         markdown = _markdown(text)
-        assert "Deepest text." in markdown and "Level 0" in markdown
+        assert "Deepest text." in markdown and "Level 0" in markdown and "Level 11" in markdown
+        assert ".. tab::" not in markdown
+
+    def test_hostile_nesting_is_a_reported_failure_not_a_crash(self):
+        deep = "T\n=\n\n.. tab:: X\n\n" + "".join("   " + "  " * i + "* item\n\n" for i in range(200))
+        out = RstKnowledgeConverter().run(sources=[ByteStream(deep.encode())], meta={"source": "deep.rst"})
+        assert out["documents"] == []
+        assert out["failures"][0]["source"] == "deep.rst"
+        assert "not readable reStructuredText (RecursionError" in out["failures"][0]["reason"]
+
+    def test_a_code_block_that_ends_the_file_ends_on_its_last_line(self):
+        for ending in ("", "\n"):
+            text, _, line_map, _ = rst_to_markdown("T\n=\n\nSome text here.\n\n::\n\n    code" + ending)
+            assert text.endswith("```\ncode\n```")
+            assert file_line(line_map, len(text.split("\n")) - 1) == 8  # the file has 8 lines either way
+
+    def test_field_lists_are_text_and_sphinx_page_settings_go(self):
+        text = _markdown(":orphan:\n\n:param x: The x value.\n\nT\n=\n\nx : int\n    The x.\n")
+        assert text == "param x:\nThe x value.\n\n# T\n\nx : int\nThe x."
+
+    def test_an_api_objects_signatures_on_several_lines_are_all_code(self):
+        text = _markdown(
+            "T\n=\n\n.. py:function:: get(url)\n                 post(url)\n   :noindex:\n\n   Sends.\n\n"
+            ".. py:function:: f(a, \\\n                 b)\n\n   Doc.\n"
+        )
+        assert "`get(url)`\n`post(url)`\n\nSends." in text and "`f(a, b)`\n\nDoc." in text
+        assert "noindex" not in text
+
+    def test_extension_code_directives_are_code_and_a_hash_line_of_prose_is_no_heading(self):
+        text = _markdown(
+            "T\n=\n\n.. code-tab:: bash\n\n   # install it\n   pip install x\n\n"
+            ".. testsetup::\n\n   import hidden\n\nThe number\n# of retries is 3.\n"
+        )
+        assert "```bash\n# install it\npip install x\n```" in text
+        assert "The number\n\\# of retries is 3." in text and "hidden" not in text
+        assert [line for line in without_code(text).split("\n") if line.startswith("#")] == ["# T"]
+
+    def test_a_merged_cell_repeats_its_text_in_every_cell_it_spans(self):
+        text = _markdown(
+            "T\n=\n\n+---+---+---+\n| a | b | c |\n+===+===+===+\n| x     | y |\n+---+---+---+\n"
+            "| d | e | f |\n+   +---+---+\n|   | g | h |\n+---+---+---+\n"
+        )
+        assert "| a | b | c |\n|---|---|---|\n| x | x | y |\n| d | e | f |\n| d | g | h |" in text
+
+    def test_lists_conditions_and_footnotes_read_as_a_reader_sees_them(self):
+        text = _markdown(
+            "T\n=\n\n3. three\n4. four\n\n.. only:: html\n\n   Shown in HTML.\n\n"
+            "See [#f1]_ and [CIT2002]_.\n\n.. [#f1] The footnote.\n.. [CIT2002] A citation.\n"
+        )
+        assert "3. three\n4. four" in text
+        assert "Shown in HTML." in text and "html\n" not in text
+        assert "See [1] and [CIT2002].\n\n[1] The footnote.\n\n[CIT2002] A citation." in text
+
+    def test_windows_line_endings_and_a_byte_order_mark_keep_titles_and_lines(self):
+        text, title, line_map, _ = rst_to_markdown("\ufeffT\r\n=\r\n\r\nLine one.\r\n\r\n::\r\n\r\n    code\r\n")
+        assert title == "T" and "\r" not in text
+        assert file_line(line_map, text.split("\n").index("code")) == 8
 
     def test_a_real_sphinx_page_keeps_no_markup_outside_code(self):
         text, title, _, includes = rst_to_markdown(QUICKSTART.read_text(encoding="utf-8"))
@@ -223,6 +279,8 @@ class TestRstKnowledgeConverter:
             {"source": "license.rst", "reason": "no text besides its headings"},
         ]
         assert out["warnings"] == []  # the skip names the include
+        empty = RstKnowledgeConverter().run(sources=[ByteStream(b".. a comment\n")], meta={"source": "c.rst"})
+        assert empty["skipped"] == [{"source": "c.rst", "reason": "no text"}]
 
     def test_empty_input_gives_empty_output(self):
         assert RstKnowledgeConverter().run(sources=[]) == {
