@@ -10,7 +10,7 @@ from typing import Any
 from haystack import Document, component, logging
 from haystack.dataclasses import ByteStream
 
-from components.core.conversion import convert_each
+from components.core.conversion import convert_each, include_warnings
 from components.core.file_version import file_version
 from components.core.frontmatter import MAX_FRONTMATTER_BYTES, FrontmatterError, split_frontmatter
 from components.core.markdown_text import (
@@ -754,14 +754,11 @@ class MarkdownKnowledgeConverter:
             msg = f"meta has {len(metas)} entries for {len(sources)} sources; give one per source, or one for all"
             raise ValueError(msg)
         documents, failures = convert_each(sources, metas, self._convert, (OSError, KnowledgeFileError))
-        warnings = [
-            {"source": str(doc.meta["source"]), "reason": f"include not resolved: {target}"}
-            for doc in documents
-            for target in doc.meta.get("unresolved_includes", [])
-        ]
-        for warning in warnings:
-            logger.warning("{source}: {reason}", source=warning["source"], reason=warning["reason"])
-        return {"documents": documents, "failures": failures, "warnings": warnings}
+        return {
+            "documents": documents,
+            "failures": failures,
+            "warnings": include_warnings(documents, "include not resolved"),
+        }
 
 
 def _root_of(source: str | Path | ByteStream, name: str) -> Path | None:

@@ -6,19 +6,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from haystack import Document, component, logging
+from haystack import Document, component
 from haystack.components.converters.utils import normalize_metadata
 from haystack.dataclasses import ByteStream
 from haystack.lazy_imports import LazyImport
 
-from components.core.conversion import check_max_file_bytes, convert_each, read_capped
+from components.core.conversion import check_max_file_bytes, convert_each, include_warnings, read_capped
 from components.core.location import moved_line_map
 
 with LazyImport("Run 'pip install docutils'") as docutils_import:
     from docutils import nodes
     from docutils.core import publish_doctree
-
-logger = logging.getLogger(__name__)
 
 #: default cap of one file
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -643,11 +641,5 @@ class RstKnowledgeConverter:
             for doc in converted
             if not _has_text(doc.content or "")
         ]
-        warnings = [
-            {"source": str(doc.meta.get("source", "")), "reason": f"include not read: {target}"}
-            for doc in documents
-            for target in doc.meta.get("unresolved_includes", [])
-        ]
-        for warning in warnings:
-            logger.warning("{source}: {reason}", source=warning["source"], reason=warning["reason"])
+        warnings = include_warnings(documents, "include not read")
         return {"documents": documents, "failures": failures, "warnings": warnings, "skipped": skipped}

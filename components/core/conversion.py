@@ -83,3 +83,21 @@ def convert_each(
             logger.warning("Skipping {source}: {reason}", source=name, reason=reason)
             failures.append({"source": name, "reason": reason})
     return documents, failures
+
+
+def include_warnings(documents: list[Document], what: str) -> list[dict[str, str]]:
+    """
+    The includes converted documents name but do not hold (their `unresolved_includes`), each logged as a warning.
+
+    :param documents: Converted documents.
+    :param what: What happened to such an include, e.g. `include not resolved`.
+    :returns: `{"source", "reason"}` per include, the reason `<what>: <target>`.
+    """
+    warnings = [
+        {"source": str(doc.meta.get("source", "")), "reason": f"{what}: {target}"}
+        for doc in documents
+        for target in doc.meta.get("unresolved_includes", [])
+    ]
+    for warning in warnings:
+        logger.warning("{source}: {reason}", source=warning["source"], reason=warning["reason"])
+    return warnings
