@@ -24,6 +24,7 @@ from haystack import Document, Pipeline, logging
 from tqdm import tqdm
 
 from components.converters.markdown_knowledge_converter import MarkdownKnowledgeConverter
+from components.converters.rst_knowledge_converter import RstKnowledgeConverter
 from components.core.atomic_file import write_atomically
 from components.core.embedding_backends import SUPPORTED_MODELS, model_dimension
 from components.core.file_version import file_version_of
@@ -158,6 +159,7 @@ def _size_on_disk(paths: list[Path]) -> int:
 
 #: the files the include scan reads: those the markdown converter takes
 _MARKDOWN_SUFFIXES = (".md", ".mdx", ".markdown")
+_RST_SUFFIXES = (".rst",)
 
 
 class _IncludedVersions:
@@ -776,16 +778,21 @@ class KnowledgeIndexer:
     def _without_included_pages(self, sources: dict[Path, str], versions: dict[str, str]) -> dict[Path, str]:
         """
         The files without those other pages show whole (`included_pages`), which are listed as not indexed with the
-        page that shows them. The pipeline's markdown converter tells what each page shows
-        (`MarkdownKnowledgeConverter.included_files`: it parses only the pages that name an include, every run, since
-        what a page shows can change with the files it includes; without one in the pipeline, every file stays a page).
+        page that shows them. The pipeline's markdown and reStructuredText converters tell what each of their pages
+        shows (`included_files`: they parse only the pages that name an include, every run, since what a page shows
+        can change with the files it includes; without such a converter in the pipeline, every file stays a page).
         """
-        converter = next((c for _, c in self.pipeline.walk() if isinstance(c, MarkdownKnowledgeConverter)), None)
-        if converter is None:
+        shows: dict[str, list[str]] = {}
+        for _, converter in self.pipeline.walk():
+            if not isinstance(converter, MarkdownKnowledgeConverter | RstKnowledgeConverter):
+                continue
+            suffixes = _MARKDOWN_SUFFIXES if isinstance(converter, MarkdownKnowledgeConverter) else _RST_SUFFIXES
+            pages = [p for p, s in sources.items() if p.suffix.lower() in suffixes and s in versions]
+            meta = [{"source": sources[p], "doc_version": versions[sources[p]]} for p in pages]
+            shows.update(converter.included_files(pages, meta))
+        if not shows:
             return sources
-        pages = [p for p, s in sources.items() if p.suffix.lower() in _MARKDOWN_SUFFIXES and s in versions]
-        meta = [{"source": sources[p], "doc_version": versions[sources[p]]} for p in pages]
-        shown_by = included_pages(converter.included_files(pages, meta), set(sources.values()))
+        shown_by = included_pages(shows, set(sources.values()))
         self._partials.extend(
             {"source": name, "reason": f"included by {page}: its text is indexed there"}
             for name, page in sorted(shown_by.items())

@@ -10,7 +10,14 @@ from typing import Any
 from haystack import Document, component, logging
 from haystack.dataclasses import ByteStream
 
-from components.core.conversion import convert_each, include_warnings
+from components.core.conversion import (
+    CODE_LANGUAGES,
+    MAX_INCLUDE_DEPTH,
+    convert_each,
+    include_warnings,
+    knowledge_root_of,
+    small_text,
+)
 from components.core.file_version import file_version
 from components.core.frontmatter import MAX_FRONTMATTER_BYTES, FrontmatterError, split_frontmatter
 from components.core.markdown_text import (
@@ -133,20 +140,6 @@ _MDBOOK_ANCHOR = re.compile(r"\bANCHOR(?:_END)?:\s*(\w+)")
 _MDX_PARTIAL = re.compile(
     r"^import\s+([A-Z]\w*)\s+from\s+[\"']((?:\.{1,2})?/[^\"'\n]+\.mdx?)[\"'];?[ \t]*$", re.MULTILINE
 )
-#: the language of an included source file's code block, by its suffix (others: none)
-_CODE_LANGUAGES = {
-    ".py": "python",
-    ".js": "javascript",
-    ".ts": "typescript",
-    ".sh": "bash",
-    ".json": "json",
-    ".yaml": "yaml",
-    ".yml": "yaml",
-    ".go": "go",
-    ".toml": "toml",
-}
-#: how deep included files may include others
-MAX_INCLUDE_DEPTH = 3
 
 
 def _code_block(code: str, language: str) -> str:
@@ -281,7 +274,7 @@ class _Includes:
         path, name, text = loaded
         self.whole.append(name)
         if kind == "code":  # source code: a code block, never read for front matter or includes
-            return _code_block(text, _CODE_LANGUAGES.get(path.suffix, ""))
+            return _code_block(text, CODE_LANGUAGES.get(path.suffix, ""))
         return self._markdown(text, target, name, depth, seen)
 
     def _markdown(self, text: str, target: str, name: str, depth: int, seen: tuple[str, ...]) -> str | None:
@@ -406,7 +399,7 @@ class _Includes:
             self.whole.append(name)
         text = _myst_part(text, options)
         if opened.group("name") == "literalinclude" or "literal" in options:
-            language = options.get("language") or options.get("code") or _CODE_LANGUAGES.get(path.suffix, "")
+            language = options.get("language") or options.get("code") or CODE_LANGUAGES.get(path.suffix, "")
             return end, _code_block(text, language.strip())
         return end, self._markdown(text, target, name, depth, seen) or ""
 
@@ -662,7 +655,7 @@ class MarkdownKnowledgeConverter:
         document = parse_knowledge_file(data, name, self.max_frontmatter_bytes, self.max_frontmatter_aliases)
         if meta.get("doc_version"):
             document.meta["doc_version"] = str(meta["doc_version"])
-        return document, _root_of(source, name)
+        return document, knowledge_root_of(source, name)
 
     def _expanded(self, document: Document, root: Path | None) -> tuple[Document, _Includes | None]:
         """
@@ -715,11 +708,8 @@ class MarkdownKnowledgeConverter:
         found: dict[str, list[str]] = {}
         for path, info in zip(sources, meta, strict=True):
             name = str(info["source"])
-            try:
-                if path.stat().st_size > self.max_file_bytes:
-                    continue
-                text = path.read_bytes().decode("utf-8", errors="replace")
-            except OSError:
+            text = small_text(path, self.max_file_bytes)
+            if text is None:
                 continue
             found[name] = []
             if not _names_an_include(text):
@@ -759,18 +749,3 @@ class MarkdownKnowledgeConverter:
             "failures": failures,
             "warnings": include_warnings(documents, "include not resolved"),
         }
-
-
-def _root_of(source: str | Path | ByteStream, name: str) -> Path | None:
-    """
-    The knowledge root a file lies under: its path (a router's `ByteStream` carries it as `file_path`) without its
-    source; None for bytes from nowhere or a path that does not end with the source.
-    """
-    where = source.meta.get("file_path") if isinstance(source, ByteStream) else source
-    if not where:
-        return None
-    path = Path(str(where)).resolve()
-    parts = Path(name).parts
-    if not parts or path.parts[-len(parts) :] != parts:
-        return None
-    return Path(*path.parts[: -len(parts)])

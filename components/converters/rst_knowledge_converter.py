@@ -6,17 +6,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from haystack import Document, component
+from haystack import Document, component, logging
 from haystack.components.converters.utils import normalize_metadata
 from haystack.dataclasses import ByteStream
 from haystack.lazy_imports import LazyImport
 
-from components.core.conversion import check_max_file_bytes, convert_each, include_warnings, read_capped
+from components.core.conversion import (
+    CODE_LANGUAGES,
+    check_max_file_bytes,
+    convert_each,
+    include_warnings,
+    knowledge_root_of,
+    read_capped,
+    small_text,
+)
+from components.core.frontmatter import MAX_FRONTMATTER_BYTES, FrontmatterError, split_frontmatter
 from components.core.location import moved_line_map
+from components.core.markdown_text import closes_fence, opening_fence
+from components.core.sphinx_includes import (
+    SphinxIncludes,
+    directive_options,
+    include_part,
+    literal_part,
+    shows_whole,
+)
+from components.preprocessors.markup_cleaner import clean_markup
 
 with LazyImport("Run 'pip install docutils'") as docutils_import:
     from docutils import nodes
     from docutils.core import publish_doctree
+
+logger = logging.getLogger(__name__)
 
 #: default cap of one file
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -54,6 +74,12 @@ _MARKUP_LINE = re.compile(r"^\s*(?:\.\.[ \t]+[\w.+:-]+[ \t]*::(?P<args>.*)|:[\w 
 _ROLE = re.compile(r"^:(?P<role>[\w.+:-]+):`(?P<body>.*)`$", re.DOTALL)
 _TITLED = re.compile(r"^(?P<title>.*?)\s*<(?P<target>[^<>]*)>$", re.DOTALL)
 _HEADING_LIKE = re.compile(r"^#{1,6}(?:\s|$)")
+_ATX = re.compile(r"^(#{1,6})(?:\s|$)")
+#: an include's `:parser:` that reads markdown (MyST's); without one Sphinx reads any file as reStructuredText
+_MARKDOWN_PARSER = re.compile(r"myst|markdown|commonmark|recommonmark", re.IGNORECASE)
+#: a setext heading's underline, after a line of text
+_SETEXT = re.compile(r"^(?:=+|-+)[ \t]*$")
+_NAMES_AN_INCLUDE = re.compile(r"^[ \t]*\.\.[ \t]+(?:literal)?include[ \t]*::", re.MULTILINE)
 _SUBSTITUTION = re.compile(r"^\|[^|]+\|_{0,2}$")
 #: the roles Sphinx shows in code type (an API object, a file, a command); others (`ref`, `doc`, `term`) as text
 _CODE_ROLES = frozenset(
@@ -76,7 +102,6 @@ _DROPPED = frozenset(
         "sectionauthor",
         "moduleauthor",
         "codeauthor",
-        "literalinclude",
         "graphviz",
         "digraph",
         "graph",
@@ -145,7 +170,8 @@ class _Output:
     lines: list[str] = field(default_factory=list)
     origins: list[int] = field(default_factory=list)
     title: str = ""
-    includes: list[str] = field(default_factory=list)  # the files `include` directives name, not read
+    #: what reads the files `include` and `literalinclude` name (shared by the writers of one page)
+    includes: SphinxIncludes = field(default_factory=lambda: SphinxIncludes(None, "", 1))
 
     def add(self, text: str, origin: int) -> None:
         """Add `text`, its lines standing for the file's lines from `origin` on."""
@@ -354,7 +380,7 @@ class _Writer:
 
     def item(self, item: nodes.Element, marker: str) -> None:
         """A list item: its first line after the marker, the rest indented under it."""
-        part = _Output()
+        part = _Output(includes=self.out.includes)
         _Writer(part, self.source, self.offset, self.depth, self.nesting).blocks(item)
         while part.lines and not part.lines[0].strip():
             part.lines.pop(0)
@@ -435,8 +461,8 @@ class _Writer:
         short = short.lower()
         if name.lower() in _DROPPED or short in _DROPPED:
             return
-        if short == "include":
-            self.out.includes.append(args)
+        if short in ("include", "literalinclude"):
+            self.include(short, args, lines, first)
             return
         start = 1
         if short in _OBJECTS or domain.lower() in _OBJECT_DOMAINS:
@@ -466,6 +492,66 @@ class _Writer:
             self.out.add(args, first)
         if content.strip():
             self.nested(content, first + start)
+
+    def include(self, kind: str, target: str, lines: list[str], first: int) -> None:
+        """
+        An `include` or a `literalinclude`: the file's text (the part its options name) where the directive stands,
+        every line of it standing for the directive's line; a file that cannot be read is noted, not shown.
+        """
+        includes = self.out.includes
+        options = directive_options(lines)
+        loaded = includes.read(target)
+        if loaded is None:
+            return
+        path, name, text = loaded
+        try:
+            part = literal_part(text, options) if kind == "literalinclude" else include_part(text, options)
+        except ValueError as err:
+            includes.included.remove(name)
+            includes.note(f"{target} ({err})")
+            return
+        if shows_whole(kind, options):
+            includes.whole.append(name)
+        start = len(self.out.lines)
+        if kind == "literalinclude" or "literal" in options or "code" in options:
+            language = options.get("language") or options.get("code") or CODE_LANGUAGES.get(path.suffix.lower(), "")
+            if options.get("caption"):
+                self.out.gap()
+                self.out.add(options["caption"], first)
+            self.code(part, language, first)
+        elif _MARKDOWN_PARSER.search(options.get("parser", "")):
+            self.markdown(part, target)
+        else:
+            with includes.reading(name):
+                _Writer(self.out, part.split("\n"), 0, self.depth, self.nesting + 1).blocks(_parse(part))
+        self.out.origins[start:] = [first] * (len(self.out.lines) - start)
+
+    def markdown(self, text: str, target: str) -> None:
+        """
+        An included markdown file (a README read by MyST): its body without site markup, its headings (setext ones as
+        `#` headings) under the including section.
+        """
+        try:
+            _, body, _ = split_frontmatter(text, MAX_FRONTMATTER_BYTES, 0)
+        except FrontmatterError as err:
+            self.out.includes.note(f"{target} ({err})")
+            return
+        fence = ""
+        lines: list[str] = []
+        for line in clean_markup(body).split("\n"):
+            if fence:
+                fence = "" if closes_fence(line, fence) else fence
+            elif opening_fence(line):
+                fence = opening_fence(line)
+            elif _SETEXT.match(line) and lines and lines[-1].strip() and not _ATX.match(lines[-1]):
+                lines[-1] = "#" * min((1 if line.startswith("=") else 2) + self.depth, 6) + " " + lines[-1].strip()
+                continue
+            elif heading := _ATX.match(line):
+                lines.append("#" * min(len(heading.group(1)) + self.depth, 6) + line[len(heading.group(1)) :])
+                continue
+            lines.append(line)
+        self.out.gap()
+        self.out.add("\n".join(lines).strip("\n"), self.out.last_origin())
 
     def nested(self, content: str, offset: int) -> None:
         if self.nesting >= MAX_NESTING:
@@ -510,7 +596,7 @@ def _has_text(markdown: str) -> bool:
 
 def _headings_only(markdown: str, includes: list[str] | None) -> str:
     reason = "no text besides its headings" if markdown.strip() else "no text"
-    return f"{reason} (the file it includes is not read: {', '.join(includes)})" if includes else reason
+    return f"{reason} (an include not shown: {'; '.join(includes)})" if includes else reason
 
 
 def _leading_blank(text: str) -> int:
@@ -532,22 +618,24 @@ def _parse(text: str) -> nodes.document:
     return publish_doctree(text, source_path="<rst>", settings_overrides=_SETTINGS)
 
 
-def rst_to_markdown(text: str) -> tuple[str, str, list[list[int]], list[str]]:
+def rst_to_markdown(text: str, includes: SphinxIncludes | None = None) -> tuple[str, str, list[list[int]], list[str]]:
     """
     Turn reStructuredText into markdown with docutils: sections into headings, code into fenced blocks, tables into
     tables, roles into their text; directives docutils does not know (Sphinx's) keep their text, navigation and API
-    pages generated from code (`toctree`, `automodule`, ...) go.
+    pages generated from code (`toctree`, `automodule`, ...) go; `include` and `literalinclude` show the file they name
+    when `includes` can read it.
 
     :param text: The file's text.
+    :param includes: What reads included files (it records which it read); None reads none.
     :returns: The markdown, its title (the first section's, '' for none), its line map (`[[markdown_line,
-        file_line, 1], ...]`, as `components.core.location.file_line` reads it) and the files its `include`
-        directives name (not read).
+        file_line, 1], ...]`, as `components.core.location.file_line` reads it; an included file's lines stand for the
+        directive's line) and the includes not shown, each with why.
     :raises ValueError: If docutils cannot read the text.
     """
     # docutils counts lines as `splitlines` does after this; a file's other separators are too rare to map
     text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     source = text.split("\n")
-    out = _Output()
+    out = _Output() if includes is None else _Output(includes=includes)
     try:
         _Writer(out, source).blocks(_parse(text))
     except Exception as err:  # docutils raises its own errors, and Python's on hostile input (deep nesting)
@@ -558,7 +646,7 @@ def rst_to_markdown(text: str) -> tuple[str, str, list[list[int]], list[str]]:
         out.origins.pop()
     last = max(len(text.splitlines()) - 1, 0)  # a final line break starts no line
     origins = [min(origin, last) for origin in out.origins]  # a closing fence after the file's last line
-    return "\n".join(out.lines), out.title, moved_line_map([[0, 1, 1]], origins), out.includes
+    return "\n".join(out.lines), out.title, moved_line_map([[0, 1, 1]], origins), out.includes.unresolved
 
 
 @component
@@ -570,9 +658,14 @@ class RstKnowledgeConverter:
     blocks fenced code, tables markdown tables, lists items, admonitions their text. A role shows what a reader sees
     (`:ref:`Install <install>`` is `Install`, `:class:`~a.Response`` is `Response`). Sphinx's directives, which
     docutils does not know, keep their text (a tab's label, a function's signature, `versionchanged`'s "Changed in
-    version 2.0."); `toctree`, `index`, `automodule` and other navigation or generated pages go. No file the text
-    names is read (an `include` is left out and reported in `warnings`), and no configuration file of the machine.
-    `line_map` says which line of the file each markdown line stands for, so chunks keep their line range in the file.
+    version 2.0."); `toctree`, `index`, `automodule` and other navigation or generated pages go. An `include` shows
+    the file it names (its reStructuredText read as the page's, a markdown README as markdown, with `:literal:` or
+    `:code:` as code) and a `literalinclude` shows it as code, the part their options name, when it lies under the
+    knowledge root (paths as Sphinx reads them: relative to the file, or from the site's source folder for `/...`);
+    the files read are listed in `included_files`, those that cannot be read in `warnings`. docutils itself reads no
+    file (`raw :file:`, `csv-table :file:`), and no configuration file of the machine. `line_map` says which line of
+    the file each markdown line stands for (an included file's lines: the directive's), so chunks keep their line
+    range in the file.
 
     ### Usage example
 
@@ -595,7 +688,38 @@ class RstKnowledgeConverter:
         docutils_import.check()
         self.max_file_bytes = max_file_bytes
 
+    def included_files(self, sources: list[Path], meta: list[dict[str, Any]]) -> dict[str, list[str]]:
+        """
+        What each page shows whole of other files (its includes' includes too; not a file of which an option names a
+        part), without the documents: a page that names no include is not parsed.
+
+        :param sources: File paths.
+        :param meta: One dict per source, with its `source` (the path relative to the knowledge root).
+        :returns: For each file that could be read, its source and the sources it shows whole (none for a file that
+            cannot be converted: the run reports it).
+        """
+        found: dict[str, list[str]] = {}
+        for path, info in zip(sources, meta, strict=True):
+            name = str(info["source"])
+            text = small_text(path, self.max_file_bytes)
+            if text is None:
+                continue
+            found[name] = []
+            if not _NAMES_AN_INCLUDE.search(text):
+                continue
+            try:
+                _, includes = self._converted(path, info)
+            except (OSError, ValueError) as err:  # the run converts it again and reports why it cannot
+                logger.debug("Include scan of {source} failed: {error}", source=name, error=str(err))
+                continue
+            found[name] = sorted(set(includes.whole))
+        return found
+
     def _convert(self, source: str | Path | ByteStream, meta: dict[str, Any]) -> Document:
+        return self._converted(source, meta)[0]
+
+    def _converted(self, source: str | Path | ByteStream, meta: dict[str, Any]) -> tuple[Document, SphinxIncludes]:
+        """One file's Document and what read its includes; raises `ValueError` or `OSError` for a bad file."""
         stream = read_capped(source, self.max_file_bytes)
         merged = {**stream.meta, **meta}
         try:
@@ -603,14 +727,18 @@ class RstKnowledgeConverter:
         except UnicodeDecodeError as err:
             msg = f"not UTF-8 text ({err.reason} at byte {err.start})"
             raise ValueError(msg) from None
-        markdown, title, line_map, includes = rst_to_markdown(text)
-        if includes:
-            merged["unresolved_includes"] = includes
+        name = str(merged.get("source") or Path(str(merged.get("file_path") or "")).name)
+        includes = SphinxIncludes(knowledge_root_of(source, name), name, self.max_file_bytes)
+        markdown, title, line_map, unresolved = rst_to_markdown(text, includes)
+        if unresolved:
+            merged["unresolved_includes"] = unresolved
+        if includes.included:
+            merged["included_files"] = sorted(set(includes.included))
         if title and not merged.get("title"):
             merged["title"] = title
         merged["markup"] = "rst"
         merged["line_map"] = line_map
-        return Document(content=markdown, meta=merged)
+        return Document(content=markdown, meta=merged), includes
 
     @component.output_types(
         documents=list[Document],
@@ -627,7 +755,7 @@ class RstKnowledgeConverter:
         :param sources: File paths or `ByteStream`s.
         :param meta: Metadata for every source (one dict), or one dict per source.
         :returns: `documents`: one Document per converted file; `failures`: `{"source", "reason"}` per file that
-            could not be converted; `warnings`: `{"source", "reason"}` per `include` directive, whose file is not read;
+            could not be converted; `warnings`: `{"source", "reason"}` per include whose file could not be shown;
             `skipped`: `{"source", "reason"}` per file with no text besides its headings (a page that only includes
             another file, or a Sphinx index of other pages), never indexed.
         """
@@ -641,5 +769,5 @@ class RstKnowledgeConverter:
             for doc in converted
             if not _has_text(doc.content or "")
         ]
-        warnings = include_warnings(documents, "include not read")
+        warnings = include_warnings(documents, "include not resolved")
         return {"documents": documents, "failures": failures, "warnings": warnings, "skipped": skipped}

@@ -14,6 +14,29 @@ logger = logging.getLogger(__name__)
 
 Source = str | Path | ByteStream
 
+#: how deep included files may include others
+MAX_INCLUDE_DEPTH = 3
+#: the language of an included source file's code block, by its suffix (others: none)
+CODE_LANGUAGES = {
+    ".py": "python",
+    ".js": "javascript",
+    ".ts": "typescript",
+    ".sh": "bash",
+    ".json": "json",
+    ".yaml": "yaml",
+    ".yml": "yaml",
+    ".go": "go",
+    ".toml": "toml",
+    ".rs": "rust",
+    ".c": "c",
+    ".cpp": "cpp",
+    ".ini": "ini",
+    ".cfg": "ini",
+    ".html": "html",
+    ".css": "css",
+    ".sql": "sql",
+}
+
 
 def source_name(source: Source) -> str:
     """
@@ -85,6 +108,22 @@ def convert_each(
     return documents, failures
 
 
+def small_text(path: Path, max_file_bytes: int) -> str | None:
+    """
+    A file's text when it is within the cap, undecodable bytes replaced (for a quick look at what a page names).
+
+    :param path: The file.
+    :param max_file_bytes: The largest file read.
+    :returns: The text; None for a file over the cap or one that cannot be read.
+    """
+    try:
+        if path.stat().st_size > max_file_bytes:
+            return None
+        return path.read_bytes().decode("utf-8-sig", errors="replace")
+    except OSError:
+        return None
+
+
 def include_warnings(documents: list[Document], what: str) -> list[dict[str, str]]:
     """
     The includes converted documents name but do not hold (their `unresolved_includes`), each logged as a warning.
@@ -101,3 +140,22 @@ def include_warnings(documents: list[Document], what: str) -> list[dict[str, str
     for warning in warnings:
         logger.warning("{source}: {reason}", source=warning["source"], reason=warning["reason"])
     return warnings
+
+
+def knowledge_root_of(source: Source, name: str) -> Path | None:
+    """
+    The knowledge root a file lies under: its path (a router's `ByteStream` carries it as `file_path`) without its
+    source.
+
+    :param source: A path or a `ByteStream`.
+    :param name: The file's source, its path relative to the knowledge root.
+    :returns: The root; None for bytes from nowhere or a path that does not end with the source.
+    """
+    where = source.meta.get("file_path") if isinstance(source, ByteStream) else source
+    if not where:
+        return None
+    path = Path(str(where)).resolve()
+    parts = Path(name).parts
+    if not parts or path.parts[-len(parts) :] != parts:
+        return None
+    return Path(*path.parts[: -len(parts)])

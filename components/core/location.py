@@ -57,7 +57,8 @@ def moved_line_map(line_map: list[list[int]], origins: list[int]) -> list[list[i
 
     :param line_map: The document's map before (as `file_line` reads it).
     :param origins: For each line now, the line (0-based) it was.
-    :returns: The map after, its runs of lines that follow each other in the file in one segment each.
+    :returns: The map after, its runs of lines that follow each other in the file in one segment each (step 1), and
+        its runs of lines that all stand for one line (an included file's, at its directive) in one each (step 0).
     """
     segments: list[list[int]] = []
     for number, origin in enumerate(origins):
@@ -65,6 +66,9 @@ def moved_line_map(line_map: list[list[int]], origins: list[int]) -> list[list[i
         if segments:
             start, start_line, step = segments[-1]
             if step == 1 and start_line + (number - start) == line:
+                continue
+            if start_line == line and (step == 0 or start == number - 1):
+                segments[-1][2] = 0
                 continue
         segments.append([number, line, 1])
     return segments

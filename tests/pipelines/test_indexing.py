@@ -617,6 +617,37 @@ class TestIncludesAndPartials:
         entry = KnowledgeIndex.load(deployment.index_path).by_source()["guide/mac.md"]
         assert list(entry.includes) == ["_common/brew.md"]
 
+    def test_a_sphinx_include_is_read_in_its_page_and_its_edit_indexes_the_page_again(self, tmp_path):
+        # Flask's docs/changes.rst: `.. include:: ../CHANGES.rst`; the changelog is no page of its own
+        kb = tmp_path / "kb"
+        (kb / "proj" / "docs").mkdir(parents=True)
+        changelog = kb / "proj" / "CHANGES.rst"
+        changelog.write_text("Version 2.0\n-----------\n\nThe run command is async.\n", encoding="utf-8")
+        (kb / "proj" / "docs" / "changes.rst").write_text("Changes\n=======\n\n.. include:: ../CHANGES.rst\n")
+        (kb / "proj" / "docs" / "usage.rst").write_text("Usage\n=====\n\nCall run.\n", encoding="utf-8")
+        deployment = Deployment.resolve(tmp_path / "data")
+        indexer = KnowledgeIndexer(deployment)
+        try:
+            first = indexer.index(kb, progress=False)
+            changelog.write_text("Version 2.1\n-----------\n\nThe run command is sync again.\n", encoding="utf-8")
+            second = indexer.index(kb, progress=False)
+            store = indexer.collection
+            chunks = store.chunks_of(store.active_versions())
+        finally:
+            indexer.close()
+        reason = "included by proj/docs/changes.rst: its text is indexed there"
+        assert (first.indexed, first.not_indexed, first.failures) == (
+            2,
+            [{"source": "proj/CHANGES.rst", "reason": reason}],
+            [],
+        )
+        assert (second.indexed, second.skipped) == (1, 1)  # the page that includes it; usage.rst as it was
+        [page] = [c for c in chunks if c.meta["source"] == "proj/docs/changes.rst"]
+        assert page.content.endswith("The run command is sync again.") and "Version 2.1" in page.meta["breadcrumb"]
+        assert {c.meta["source"] for c in chunks} == {"proj/docs/changes.rst", "proj/docs/usage.rst"}
+        entry = KnowledgeIndex.load(deployment.index_path).by_source()["proj/docs/changes.rst"]
+        assert list(entry.includes) == ["proj/CHANGES.rst"]
+
     def test_a_sphinx_conf_py_created_or_mended_after_indexing_indexes_the_pages_that_use_it(self, tmp_path):
         kb = tmp_path / "kb"
         (kb / "docs" / "syntax").mkdir(parents=True)

@@ -145,7 +145,7 @@ class TestRstKnowledgeConverter:
         at = lines.index("import paddle.nn.functional as F")
         assert source[file_line(line_map, at) - 1].strip() == "import paddle.nn.functional as F"
 
-    def test_no_file_the_text_names_is_read(self, tmp_path: Path):
+    def test_no_file_the_text_names_is_read_without_a_knowledge_root(self, tmp_path: Path):
         secret = tmp_path / "secret.txt"
         secret.write_text("TOP SECRET", encoding="utf-8")
         text, _, _, includes = rst_to_markdown(
@@ -153,7 +153,7 @@ class TestRstKnowledgeConverter:
             f".. csv-table:: Data\n   :file: {secret}\n\n.. literalinclude:: {secret}\n\nDone.\n"
         )
         assert "TOP SECRET" not in text and "Done." in text
-        assert includes == [str(secret)]
+        assert includes == [f"{secret} (no knowledge root to resolve it against)"] * 2
 
     def test_directives_nested_deeper_than_the_limit_keep_their_text(self):
         text = "Title\n=====\n\n"
@@ -258,7 +258,12 @@ class TestRstKnowledgeConverter:
         assert doc.content == "# Guide\n\nBody."
         assert (doc.meta["title"], doc.meta["markup"], doc.meta["doc_version"]) == ("Guide", "rst", "v1")
         assert file_line(doc.meta["line_map"], 2) == 6
-        assert out["warnings"] == [{"source": "docs/g.rst", "reason": "include not read: ../README.rst"}]
+        assert out["warnings"] == [
+            {
+                "source": "docs/g.rst",
+                "reason": "include not resolved: ../README.rst (no knowledge root to resolve it against)",
+            }
+        ]
         assert out["failures"] == [] and out["skipped"] == []
 
     def test_a_page_of_headings_alone_is_skipped_with_its_reason(self):
@@ -274,13 +279,132 @@ class TestRstKnowledgeConverter:
         assert out["skipped"] == [
             {
                 "source": "changes.rst",
-                "reason": "no text besides its headings (the file it includes is not read: ../CHANGES.rst)",
+                "reason": "no text besides its headings (an include not shown: "
+                "../CHANGES.rst (no knowledge root to resolve it against))",
             },
-            {"source": "license.rst", "reason": "no text besides its headings"},
+            {
+                "source": "license.rst",
+                "reason": "no text besides its headings (an include not shown: "
+                "L.txt (no knowledge root to resolve it against))",
+            },
         ]
         assert out["warnings"] == []  # the skip names the include
         empty = RstKnowledgeConverter().run(sources=[ByteStream(b".. a comment\n")], meta={"source": "c.rst"})
         assert empty["skipped"] == [{"source": "c.rst", "reason": "no text"}]
+
+    @pytest.fixture
+    def site(self, tmp_path: Path) -> Path:
+        """A project whose Sphinx pages include its README, its changelog, a snippet and code."""
+        root = tmp_path / "kb"
+        docs = root / "proj" / "docs"
+        docs.mkdir(parents=True)
+        (docs / "conf.py").write_text("project = 'proj'\n", encoding="utf-8")
+        (root / "proj" / "CHANGES.rst").write_text(
+            "Version 2.0\n-----------\n\nThe ``run`` command is async.\n\n.. include:: docs/note.rst\n",
+            encoding="utf-8",
+        )
+        (docs / "note.rst").write_text(".. note::\n\n   Upgrade the plugins first.\n", encoding="utf-8")
+        (root / "proj" / "README.md").write_text(
+            "<!-- badges -->\n# Proj\n\nProj runs jobs.\n\n```sh\n# not a heading\n```\n\n"
+            "Install\n-------\n\nUse pip.\n",
+            encoding="utf-8",
+        )
+        (root / "proj" / "app.py").write_text("import os\n\n\ndef main():\n    return os.getcwd()\n")
+        return root
+
+    def _page(self, site: Path, text: str, name: str = "proj/docs/page.rst") -> dict:
+        path = site / name
+        path.write_text(text, encoding="utf-8")
+        return RstKnowledgeConverter().run(sources=[path], meta=[{"source": name}])
+
+    def test_an_include_shows_the_file_where_it_stands_its_lines_at_the_directive(self, site: Path):
+        out = self._page(site, "Changes\n=======\n\nSee below.\n\n.. include:: ../CHANGES.rst\n\nThe end.\n")
+        [doc] = out["documents"]
+        assert doc.content == (
+            "# Changes\n\nSee below.\n\n## Version 2.0\n\nThe `run` command is async.\n\n"
+            "Upgrade the plugins first.\n\nThe end."
+        )
+        lines = doc.content.split("\n")
+        assert [file_line(doc.meta["line_map"], lines.index(t)) for t in ("See below.", "## Version 2.0")] == [4, 6]
+        assert file_line(doc.meta["line_map"], lines.index("Upgrade the plugins first.")) == 6
+        assert file_line(doc.meta["line_map"], lines.index("The end.")) == 8
+        assert doc.meta["included_files"] == ["proj/CHANGES.rst", "proj/docs/note.rst"]
+        assert out["warnings"] == [] and "unresolved_includes" not in doc.meta
+
+    def test_options_show_a_part_as_text_or_as_code(self, site: Path):
+        out = self._page(
+            site,
+            "Page\n====\n\n.. include:: ../CHANGES.rst\n   :start-after: -----------\n   :end-before: .. include\n\n"
+            ".. include:: ../app.py\n   :code: python\n   :start-line: 3\n\n"
+            ".. literalinclude:: /../app.py\n   :pyobject: main\n   :caption: The entry point\n",
+        )
+        [doc] = out["documents"]
+        assert doc.content == (
+            "# Page\n\nThe `run` command is async.\n\n```python\ndef main():\n    return os.getcwd()\n```\n\n"
+            "The entry point\n\n```python\ndef main():\n    return os.getcwd()\n```"
+        )
+        assert "Upgrade the plugins" not in doc.content
+        converter = RstKnowledgeConverter()
+        assert converter.included_files([site / "proj/docs/page.rst"], [{"source": "proj/docs/page.rst"}]) == {
+            "proj/docs/page.rst": []  # only parts: each file stays a page of its own
+        }
+
+    def test_a_markdown_readme_is_shown_as_markdown_under_the_section(self, site: Path):
+        out = self._page(site, "Welcome\n=======\n\n.. include:: ../README.md\n   :parser: myst_parser.sphinx_\n")
+        [doc] = out["documents"]
+        assert doc.content == (
+            "# Welcome\n\n## Proj\n\nProj runs jobs.\n\n```sh\n# not a heading\n```\n\n### Install\n\nUse pip."
+        )
+        assert doc.meta["included_files"] == ["proj/README.md"]
+
+    def test_a_markdown_file_included_without_a_parser_is_read_as_restructuredtext(self, site: Path):
+        # as Sphinx reads it: Requests' docs include ../../HISTORY.md, written to read as both
+        (site / "proj" / "HISTORY.md").write_text(
+            "Release History\n===============\n\n2.1 (2024-05-29)\n----------------\n\n-   Fixed `x`.\n"
+        )
+        out = self._page(site, "Updates\n=======\n\nNews.\n\n.. include:: ../HISTORY.md\n")
+        [doc] = out["documents"]
+        assert doc.content == ("# Updates\n\nNews.\n\n## Release History\n\n### 2.1 (2024-05-29)\n\n- Fixed x.")
+
+    def test_an_include_in_a_code_block_is_code_and_one_in_a_tab_is_read(self, site: Path):
+        out = self._page(
+            site,
+            "Page\n====\n\n.. code-block:: rst\n\n   .. include:: ../CHANGES.rst\n\n"
+            ".. tab:: Unix\n\n   .. include:: note.rst\n",
+        )
+        [doc] = out["documents"]
+        assert "```rst\n.. include:: ../CHANGES.rst\n```" in doc.content
+        assert "Version 2.0" not in doc.content
+        assert doc.content.endswith("Unix\n\nUpgrade the plugins first.")
+
+    def test_an_include_that_cannot_be_shown_is_a_warning_and_the_rest_stays(self, site: Path, tmp_path: Path):
+        (tmp_path / "secret.txt").write_text("TOP SECRET", encoding="utf-8")
+        (site / "proj" / "docs" / "loop.rst").write_text("Loop.\n\n.. include:: loop.rst\n", encoding="utf-8")
+        out = self._page(
+            site,
+            "Page\n====\n\nKept.\n\n.. include:: ../../../secret.txt\n\n.. include:: loop.rst\n\n"
+            ".. literalinclude:: ../app.py\n   :pyobject: nowhere\n",
+        )
+        [doc] = out["documents"]
+        assert doc.content == "# Page\n\nKept.\n\nLoop."
+        assert [w["reason"] for w in out["warnings"]] == [
+            "include not resolved: ../../../secret.txt (not found under the knowledge root)",
+            "include not resolved: loop.rst (included from itself or over 3 levels deep)",
+            "include not resolved: ../app.py (pyobject 'nowhere' not found)",
+        ]
+        assert doc.meta["included_files"] == ["proj/docs/loop.rst"]
+
+    def test_included_files_lists_what_each_page_shows_whole(self, site: Path):
+        (site / "proj" / "docs" / "changes.rst").write_text("Changes\n=======\n\n.. include:: ../CHANGES.rst\n")
+        (site / "proj" / "docs" / "plain.rst").write_text("Plain\n=====\n\nNo include.\n", encoding="utf-8")
+        (site / "proj" / "docs" / "broken.rst").write_bytes(b".. include:: ../CHANGES.rst\n\xff")  # not UTF-8
+        names = ["proj/docs/changes.rst", "proj/docs/plain.rst", "proj/docs/broken.rst"]
+        found = RstKnowledgeConverter().included_files([site / n for n in names], [{"source": n} for n in names])
+        assert found == {
+            "proj/docs/changes.rst": ["proj/CHANGES.rst", "proj/docs/note.rst"],
+            "proj/docs/plain.rst": [],
+            "proj/docs/broken.rst": [],  # it fails in the run: what it includes stays a page
+        }
 
     def test_empty_input_gives_empty_output(self):
         assert RstKnowledgeConverter().run(sources=[]) == {

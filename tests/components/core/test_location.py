@@ -30,6 +30,13 @@ class TestMovedLineMap:
     def test_runs_that_follow_each_other_in_the_file_are_one_segment(self):
         assert moved_line_map([[0, 1, 1]], [0, 1, 2, 6, 10, 11]) == [[0, 1, 1], [3, 7, 1], [4, 11, 1]]
 
+    def test_lines_that_all_stand_for_one_line_are_one_segment(self):
+        # an included file's lines at its directive (line 4), then the page goes on from line 5
+        origins = [0, 1, 2, 3, 3, 3, 3, 4, 4]
+        moved = moved_line_map([[0, 1, 1]], origins)
+        assert moved == [[0, 1, 1], [4, 4, 0], [7, 5, 0]]
+        assert [file_line(moved, n) for n in range(len(origins))] == [o + 1 for o in origins]
+
     def test_the_input_map_is_not_changed(self):
         line_map = [[0, 1, 1], [2, 9, 0]]
         moved_line_map(line_map, [0, 2, 3])
