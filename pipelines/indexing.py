@@ -13,7 +13,7 @@ import json
 import mimetypes
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from filelock import FileLock, Timeout
 from haystack import Document, Pipeline, logging
+from haystack.dataclasses import ByteStream
 from tqdm import tqdm
 
 from components.converters.markdown_knowledge_converter import MarkdownKnowledgeConverter
@@ -28,6 +29,7 @@ from components.converters.rst_knowledge_converter import RstKnowledgeConverter
 from components.core.atomic_file import write_atomically
 from components.core.embedding_backends import SUPPORTED_MODELS, model_dimension
 from components.core.file_version import file_version_of
+from components.core.sphinx_conf import nearest_configuration, source_suffixes
 from components.embedders.offline_text_embedder import OfflineTextEmbedder
 from components.store.knowledge_index import IndexedDocument, KnowledgeIndex, term_category_counts
 from components.store.knowledge_store import KnowledgeStore
@@ -160,6 +162,12 @@ def _size_on_disk(paths: list[Path]) -> int:
 #: the files the include scan reads: those the markdown converter takes
 _MARKDOWN_SUFFIXES = (".md", ".mdx", ".markdown")
 _RST_SUFFIXES = (".rst",)
+#: the router's output for reStructuredText, to which a Sphinx site's pages of another suffix are sent
+_RST_MIME = "text/x-rst"
+
+
+def _is_rst_page(path: Path, sphinx_pages: set[Path]) -> bool:
+    return path.suffix.lower() in _RST_SUFFIXES or path in sphinx_pages
 
 
 class _IncludedVersions:
@@ -419,6 +427,7 @@ class KnowledgeIndexer:
         self._partials: list[dict[str, str]] = []
         self._announce: Callable[[dict[str, Any]], None] | None = None
         self._included = _IncludedVersions(Path())
+        self._sphinx_pages: set[Path] = set()
 
     @property
     def collection(self) -> KnowledgeStore:
@@ -513,7 +522,7 @@ class KnowledgeIndexer:
         names = [sources[p] for p in batch]
         inputs = {
             self._entry: {
-                "sources": [str(p) for p in batch],
+                "sources": [self._entry_source(p) for p in batch],
                 "meta": [{"source": name, "doc_version": versions[name]} for name in names],
             }
         }
@@ -572,7 +581,8 @@ class KnowledgeIndexer:
             for name, _ in _document_embedders(dry):
                 dry.remove_component(name)
         meta = [{"source": p.relative_to(root).as_posix(), "doc_version": file_version_of(p)} for p in paths]
-        out = dry.run({self._entry: {"sources": [str(p) for p in paths], "meta": meta}})
+        self._sphinx_pages = self._sphinx_pages_of(root, paths)
+        out = dry.run({self._entry: {"sources": [self._entry_source(p) for p in paths], "meta": meta}})
         chunks = [doc for outputs in out.values() for doc in outputs.get("documents", [])]
         failures = [f for outputs in out.values() for f in outputs.get("failures", [])]
         return chunks, failures
@@ -693,6 +703,7 @@ class KnowledgeIndexer:
         self._partials = []
         self._included = _IncludedVersions(root)
         sources, unusable, unsupported = self._discover(root)
+        self._sphinx_pages = self._sphinx_pages_of(root, sources)
         versions = self._versions(sources, unusable)
         sources = self._without_included_pages(sources, versions)
         files = [*sources, *(f["source"] for f in unusable if f["source"] and not f["source"].endswith("/"))]
@@ -786,8 +797,13 @@ class KnowledgeIndexer:
         for _, converter in self.pipeline.walk():
             if not isinstance(converter, MarkdownKnowledgeConverter | RstKnowledgeConverter):
                 continue
-            suffixes = _MARKDOWN_SUFFIXES if isinstance(converter, MarkdownKnowledgeConverter) else _RST_SUFFIXES
-            pages = [p for p, s in sources.items() if p.suffix.lower() in suffixes and s in versions]
+            markdown = isinstance(converter, MarkdownKnowledgeConverter)
+            pages = [
+                p
+                for p, s in sources.items()
+                if s in versions
+                and (p.suffix.lower() in _MARKDOWN_SUFFIXES if markdown else _is_rst_page(p, self._sphinx_pages))
+            ]
             meta = [{"source": sources[p], "doc_version": versions[sources[p]]} for p in pages]
             shows.update(converter.included_files(pages, meta))
         if not shows:
@@ -798,6 +814,41 @@ class KnowledgeIndexer:
             for name, page in sorted(shown_by.items())
         )
         return {path: source for path, source in sources.items() if source not in shown_by}
+
+    def _sphinx_pages_of(self, root: Path, paths: Iterable[Path]) -> set[Path]:
+        """
+        The files a Sphinx site's `conf.py` names as its pages by another suffix than `.rst` (`source_suffix = ".txt"`,
+        as Django's documentation has it): they go to the reStructuredText converter, not the plain text one. None
+        when the pipeline's router has no `text/x-rst` output.
+        """
+        if _RST_MIME not in self.pipeline.graph.nodes[self._entry]["output_sockets"]:
+            return set()
+        confs: dict[Path, Path | None] = {}
+        suffixes: dict[Path, frozenset[str]] = {}
+        pages: set[Path] = set()
+        for path in paths:
+            suffix = path.suffix.lower()
+            if not suffix or suffix in _RST_SUFFIXES or suffix in _MARKDOWN_SUFFIXES:
+                continue
+            if path.parent not in confs:
+                confs[path.parent] = nearest_configuration(path, root).path
+            conf = confs[path.parent]
+            if conf is None:
+                continue
+            if conf not in suffixes:
+                suffixes[conf] = source_suffixes(conf)
+            if suffix in suffixes[conf]:
+                pages.add(path)
+        return pages
+
+    def _entry_source(self, path: Path) -> str | ByteStream:
+        """What the router gets for a file: its path, or for a Sphinx page of another suffix its bytes as `.rst`."""
+        if path not in self._sphinx_pages:
+            return str(path)
+        try:
+            return ByteStream.from_file_path(path, mime_type=_RST_MIME, meta={"file_path": str(path)})
+        except OSError:
+            return str(path)  # read where it is routed, and reported there
 
     def _versions(self, sources: dict[Path, str], unusable: list[dict[str, str]]) -> dict[str, str]:
         """Each file's version, hashed a block at a time (a file over `max_file_bytes`, or unreadable: `unusable`)."""

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import ast
 import contextlib
 import re
 from dataclasses import dataclass
@@ -15,11 +14,17 @@ from components.core.conversion import (
     MAX_INCLUDE_DEPTH,
     convert_each,
     include_warnings,
+    is_hidden,
     knowledge_root_of,
     small_text,
 )
 from components.core.file_version import file_version
-from components.core.frontmatter import MAX_FRONTMATTER_BYTES, FrontmatterError, split_frontmatter
+from components.core.frontmatter import (
+    MAX_FRONTMATTER_ALIASES,
+    MAX_FRONTMATTER_BYTES,
+    FrontmatterError,
+    split_frontmatter,
+)
 from components.core.markdown_text import (
     MDX_CODE_BLOCK,
     closes_directive,
@@ -28,6 +33,7 @@ from components.core.markdown_text import (
     opening_fence,
     without_code,
 )
+from components.core.sphinx_conf import literal_setting, nearest_configuration
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +42,6 @@ _KNOWN_KEYS = ("id", "title", "category", "domain", "keywords", "entities")
 
 #: defaults of the converter's caps (pipelines/indexing.yaml sets them)
 MAX_FILE_BYTES = 512 * 1024
-MAX_FRONTMATTER_ALIASES = 8
 
 
 class KnowledgeFileError(ValueError):
@@ -232,7 +237,7 @@ class _Includes:
                 path = candidate.resolve(strict=True)
             except (OSError, RuntimeError):
                 continue
-            if not path.is_relative_to(root) or not path.is_file():
+            if not path.is_relative_to(root) or not path.is_file() or is_hidden(path.relative_to(root)):
                 continue
             name = path.relative_to(root).as_posix()
             if name in seen or depth >= MAX_INCLUDE_DEPTH:
@@ -436,8 +441,6 @@ def _names_an_include(text: str) -> bool:
 
 #: front matter fields that make a page's readers or time narrower than a page of its own (`included_files`)
 NARROWING_FIELDS = ("access", "status", "valid_from", "valid_until")
-#: a Sphinx configuration larger than this is not read for substitutions (a real one is a few kilobytes)
-_MAX_CONF_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -458,43 +461,12 @@ def _conf_substitutions(page: Path, root: Path) -> _SiteConfiguration:
     :returns: The configuration, its substitutions and the files to watch: a page re-indexes when its configuration
         is edited (its substitutions may come, go or be mended) or when one is created nearer to it.
     """
-    folder = page.parent
-    candidates: list[str] = []
-    while folder.is_relative_to(root):
-        conf = folder / "conf.py"
-        name = conf.relative_to(root).as_posix()
-        if conf.is_file():
-            try:
-                inside = conf.resolve(strict=True).is_relative_to(root)  # a link leaving the root is not read
-            except (OSError, RuntimeError):
-                inside = False
-            if not inside:
-                return _SiteConfiguration(None, {}, candidates)
-            return _SiteConfiguration(name, _read_conf_substitutions(conf), [*candidates, name])
-        candidates.append(name)
-        if folder == root:
-            break
-        folder = folder.parent
-    return _SiteConfiguration(None, {}, candidates)
-
-
-def _read_conf_substitutions(conf: Path) -> dict[str, str]:
-    try:
-        if conf.stat().st_size > _MAX_CONF_BYTES:
-            return {}
-        tree = ast.parse(conf.read_bytes())
-        values = [
-            node.value
-            for node in tree.body
-            if isinstance(node, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == "myst_substitutions" for t in node.targets)
-        ]
-        given = ast.literal_eval(values[-1]) if values else None
-    except (OSError, SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
-        return {}
+    found = nearest_configuration(page, root)
+    given = literal_setting(found.path, "myst_substitutions") if found.path else None
     if not isinstance(given, dict):
-        return {}
-    return {str(k): str(v) for k, v in given.items() if isinstance(v, str | int | float)}
+        return _SiteConfiguration(found.source, {}, found.watched)
+    substitutions = {str(k): str(v) for k, v in given.items() if isinstance(v, str | int | float)}
+    return _SiteConfiguration(found.source, substitutions, found.watched)
 
 
 #: the options of a MyST include that show only part of the file

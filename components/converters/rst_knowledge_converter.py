@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import re
 import textwrap
 from dataclasses import dataclass, field
@@ -20,9 +21,16 @@ from components.core.conversion import (
     read_capped,
     small_text,
 )
-from components.core.frontmatter import MAX_FRONTMATTER_BYTES, FrontmatterError, split_frontmatter
+from components.core.frontmatter import (
+    MAX_FRONTMATTER_ALIASES,
+    MAX_FRONTMATTER_BYTES,
+    FrontmatterError,
+    split_frontmatter,
+)
 from components.core.location import moved_line_map
 from components.core.markdown_text import closes_fence, opening_fence
+from components.core.site_markup import clean_markup
+from components.core.sphinx_conf import definitions_in, nearest_configuration, substitution_definitions
 from components.core.sphinx_includes import (
     SphinxIncludes,
     directive_options,
@@ -30,11 +38,11 @@ from components.core.sphinx_includes import (
     literal_part,
     shows_whole,
 )
-from components.preprocessors.markup_cleaner import clean_markup
 
 with LazyImport("Run 'pip install docutils'") as docutils_import:
     from docutils import nodes
     from docutils.core import publish_doctree
+    from docutils.parsers.rst import Directive, directives
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +80,7 @@ _OPTION = re.compile(r"^:[\w .+-]+:(?:[ \t]|$)")
 _MARKUP_LINE = re.compile(r"^\s*(?:\.\.[ \t]+[\w.+:-]+[ \t]*::(?P<args>.*)|:[\w .+-]+:(?:[ \t].*)?)$")
 #: an interpreted text role (Sphinx's `:ref:`, `:py:func:`, ...): its text is what a reader sees
 _ROLE = re.compile(r"^:(?P<role>[\w.+:-]+):`(?P<body>.*)`$", re.DOTALL)
+_ROLE_IN_TEXT = re.compile(r":[\w.+-]+(?::[\w.+-]+)*:`[^`\n]+`")
 _TITLED = re.compile(r"^(?P<title>.*?)\s*<(?P<target>[^<>]*)>$", re.DOTALL)
 _HEADING_LIKE = re.compile(r"^#{1,6}(?:\s|$)")
 _ATX = re.compile(r"^(#{1,6})(?:\s|$)")
@@ -79,7 +88,7 @@ _ATX = re.compile(r"^(#{1,6})(?:\s|$)")
 _MARKDOWN_PARSER = re.compile(r"myst|markdown|commonmark|recommonmark", re.IGNORECASE)
 #: a setext heading's underline, after a line of text
 _SETEXT = re.compile(r"^(?:=+|-+)[ \t]*$")
-_NAMES_AN_INCLUDE = re.compile(r"^[ \t]*\.\.[ \t]+(?:literal)?include[ \t]*::", re.MULTILINE)
+_NAMES_AN_INCLUDE = re.compile(r"^[ \t]*\.\.[ \t]+(?:literal)?include[ \t]*::", re.MULTILINE | re.IGNORECASE)
 _SUBSTITUTION = re.compile(r"^\|[^|]+\|_{0,2}$")
 #: the roles Sphinx shows in code type (an API object, a file, a command); others (`ref`, `doc`, `term`) as text
 _CODE_ROLES = frozenset(
@@ -170,6 +179,8 @@ class _Output:
     lines: list[str] = field(default_factory=list)
     origins: list[int] = field(default_factory=list)
     title: str = ""
+    #: the substitution definitions of the site (`rst_prolog`/`rst_epilog`) and of the page, for every text parsed
+    definitions: str = ""
     #: what reads the files `include` and `literalinclude` name (shared by the writers of one page)
     includes: SphinxIncludes = field(default_factory=lambda: SphinxIncludes(None, "", 1))
 
@@ -380,7 +391,7 @@ class _Writer:
 
     def item(self, item: nodes.Element, marker: str) -> None:
         """A list item: its first line after the marker, the rest indented under it."""
-        part = _Output(includes=self.out.includes)
+        part = _Output(definitions=self.out.definitions, includes=self.out.includes)
         _Writer(part, self.source, self.offset, self.depth, self.nesting).blocks(item)
         while part.lines and not part.lines[0].strip():
             part.lines.pop(0)
@@ -510,32 +521,49 @@ class _Writer:
             includes.included.remove(name)
             includes.note(f"{target} ({err})")
             return
-        if shows_whole(kind, options):
-            includes.whole.append(name)
         start = len(self.out.lines)
         if kind == "literalinclude" or "literal" in options or "code" in options:
             language = options.get("language") or options.get("code") or CODE_LANGUAGES.get(path.suffix.lower(), "")
-            if options.get("caption"):
+            if "caption" in options:  # an empty caption is the file's name, as Sphinx shows it
                 self.out.gap()
-                self.out.add(options["caption"], first)
+                self.out.add(options["caption"] or path.name, first)
             self.code(part, language, first)
+            shown = True
         elif _MARKDOWN_PARSER.search(options.get("parser", "")):
-            self.markdown(part, target)
+            shown = self.markdown(part, target)
         else:
-            with includes.reading(name):
-                _Writer(self.out, part.split("\n"), 0, self.depth, self.nesting + 1).blocks(_parse(part))
+            shown = self.included_rst(part, name, target)
+        if not shown:  # noted with why: what it wrote goes, the file stays a page of its own, its mending counts
+            del self.out.lines[start:], self.out.origins[start:]
+            includes.included.remove(name)
+            includes.watched.append(name)
+            return
+        if shows_whole(kind, options):
+            includes.whole.append(name)
         self.out.origins[start:] = [first] * (len(self.out.lines) - start)
 
-    def markdown(self, text: str, target: str) -> None:
+    def included_rst(self, text: str, name: str, target: str) -> bool:
+        """An included reStructuredText file, in place; False (noted) when docutils or the writer cannot read it."""
+        includes = self.out.includes
+        try:
+            with includes.reading(name):
+                tree = _parse(text, self.out.definitions)
+                _Writer(self.out, text.split("\n"), 0, self.depth, self.nesting + 1).blocks(tree)
+        except Exception as err:  # docutils' errors, and Python's on hostile input (deep nesting)
+            includes.note(f"{target} (not readable reStructuredText: {type(err).__name__})")
+            return False
+        return True
+
+    def markdown(self, text: str, target: str) -> bool:
         """
         An included markdown file (a README read by MyST): its body without site markup, its headings (setext ones as
         `#` headings) under the including section.
         """
         try:
-            _, body, _ = split_frontmatter(text, MAX_FRONTMATTER_BYTES, 0)
+            _, body, _ = split_frontmatter(text, MAX_FRONTMATTER_BYTES, MAX_FRONTMATTER_ALIASES)
         except FrontmatterError as err:
             self.out.includes.note(f"{target} ({err})")
-            return
+            return False
         fence = ""
         lines: list[str] = []
         for line in clean_markup(body).split("\n"):
@@ -552,6 +580,7 @@ class _Writer:
             lines.append(line)
         self.out.gap()
         self.out.add("\n".join(lines).strip("\n"), self.out.last_origin())
+        return True
 
     def nested(self, content: str, offset: int) -> None:
         if self.nesting >= MAX_NESTING:
@@ -559,7 +588,7 @@ class _Writer:
             kept = [_MARKUP_LINE.sub(lambda m: m.group("args") or "", line).strip() for line in content.split("\n")]
             self.out.add(re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip("\n"), offset)
             return
-        tree = _parse(content)
+        tree = _parse(content, self.out.definitions)
         _Writer(self.out, content.split("\n"), offset, self.depth, self.nesting + 1).blocks(tree)
 
 
@@ -614,11 +643,55 @@ def _language(node: nodes.Element) -> str:
     return classes[0] if classes else ""
 
 
-def _parse(text: str) -> nodes.document:
+def _without_roles(definitions: str) -> str:
+    """Substitution definitions whose roles (`:ref:` in Django's `rst_epilog`) are replaced by what a reader sees."""
+    return _ROLE_IN_TEXT.sub(lambda match: _role_text(match.group(0), code=False), definitions)
+
+
+def _site_definitions(conf: Path) -> str:
+    """A site's `rst_prolog`/`rst_epilog` substitution definitions, parsed once per version of its `conf.py`."""
+    try:
+        stat = conf.stat()
+    except OSError:
+        return ""
+    return _cached_definitions(str(conf), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_definitions(conf: str, mtime_ns: int, size: int) -> str:
+    return substitution_definitions(Path(conf))
+
+
+@functools.cache
+def _register_include() -> None:
+    """
+    Put a refusing `include` in docutils' place: the converter reads included files itself, and docutils' own
+    directive imports the module its `:parser:` option names while checking the option, file insertion off or not.
+    """
+
+    class RefusedInclude(Directive):
+        optional_arguments = 1
+        final_argument_whitespace = True
+        has_content = True
+
+        def run(self) -> list[nodes.Node]:
+            # the error's literal copy of the directive is what the writer reads (`_Writer.message`)
+            raise self.warning("include is read by the converter")
+
+    directives.register_directive("include", RefusedInclude)
+
+
+def _parse(text: str, definitions: str = "") -> nodes.document:
+    """The docutils tree of a text, the substitution definitions in force appended (after its last line)."""
+    _register_include()
+    if definitions:
+        text = f"{text}\n\n{definitions}\n"
     return publish_doctree(text, source_path="<rst>", settings_overrides=_SETTINGS)
 
 
-def rst_to_markdown(text: str, includes: SphinxIncludes | None = None) -> tuple[str, str, list[list[int]], list[str]]:
+def rst_to_markdown(
+    text: str, includes: SphinxIncludes | None = None, site_definitions: str = ""
+) -> tuple[str, str, list[list[int]], list[str]]:
     """
     Turn reStructuredText into markdown with docutils: sections into headings, code into fenced blocks, tables into
     tables, roles into their text; directives docutils does not know (Sphinx's) keep their text, navigation and API
@@ -627,6 +700,8 @@ def rst_to_markdown(text: str, includes: SphinxIncludes | None = None) -> tuple[
 
     :param text: The file's text.
     :param includes: What reads included files (it records which it read); None reads none.
+    :param site_definitions: Substitution definitions every page of the site has (Sphinx's `rst_prolog` and
+        `rst_epilog`); a page's own definitions are used too inside the directives parsed apart (a tab's content).
     :returns: The markdown, its title (the first section's, '' for none), its line map (`[[markdown_line,
         file_line, 1], ...]`, as `components.core.location.file_line` reads it; an included file's lines stand for the
         directive's line) and the includes not shown, each with why.
@@ -635,9 +710,15 @@ def rst_to_markdown(text: str, includes: SphinxIncludes | None = None) -> tuple[
     # docutils counts lines as `splitlines` does after this; a file's other separators are too rare to map
     text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     source = text.split("\n")
-    out = _Output() if includes is None else _Output(includes=includes)
+    site = _without_roles(site_definitions)
+    own = definitions_in(text)
+    out = _Output(definitions="\n\n".join([*(_without_roles(d) for d in own), *([site] if site else [])]))
+    if includes is not None:
+        out.includes = includes
+    # a page's definition holding a role docutils does not know is refused: given again without it, it holds
+    mended = [_without_roles(d) for d in own if _ROLE_IN_TEXT.search(d)]
     try:
-        _Writer(out, source).blocks(_parse(text))
+        _Writer(out, source).blocks(_parse(text, "\n\n".join([*mended, *([site] if site else [])])))
     except Exception as err:  # docutils raises its own errors, and Python's on hostile input (deep nesting)
         msg = f"not readable reStructuredText ({type(err).__name__}: {err})"
         raise ValueError(msg) from err
@@ -728,12 +809,19 @@ class RstKnowledgeConverter:
             msg = f"not UTF-8 text ({err.reason} at byte {err.start})"
             raise ValueError(msg) from None
         name = str(merged.get("source") or Path(str(merged.get("file_path") or "")).name)
-        includes = SphinxIncludes(knowledge_root_of(source, name), name, self.max_file_bytes)
-        markdown, title, line_map, unresolved = rst_to_markdown(text, includes)
+        root = knowledge_root_of(source, name)
+        includes = SphinxIncludes(root, name, self.max_file_bytes)
+        conf = nearest_configuration(root / name, root) if root else None
+        definitions = _site_definitions(conf.path) if conf and conf.path else ""
+        if definitions and conf and conf.source:  # read like an include: its edit indexes the page again
+            includes.included.append(conf.source)
+        markdown, title, line_map, unresolved = rst_to_markdown(text, includes, definitions)
         if unresolved:
             merged["unresolved_includes"] = unresolved
         if includes.included:
             merged["included_files"] = sorted(set(includes.included))
+        if watched := sorted(set(includes.watched) - set(includes.included)):
+            merged["watched_files"] = watched
         if title and not merged.get("title"):
             merged["title"] = title
         merged["markup"] = "rst"

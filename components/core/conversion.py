@@ -142,6 +142,17 @@ def include_warnings(documents: list[Document], what: str) -> list[dict[str, str
     return warnings
 
 
+def is_hidden(relative: Path) -> bool:
+    """
+    Whether a path under the knowledge root passes a hidden name (`.git`, `.env`), which the folder walk leaves out:
+    no include may read such a file either.
+
+    :param relative: The path relative to the root.
+    :returns: True when one of its parts starts with `.`.
+    """
+    return any(part.startswith(".") for part in relative.parts)
+
+
 def knowledge_root_of(source: Source, name: str) -> Path | None:
     """
     The knowledge root a file lies under: its path (a router's `ByteStream` carries it as `file_path`) without its

@@ -16,6 +16,8 @@ import yaml
 
 #: the largest front block read by default: front matter is a page's metadata, never a payload
 MAX_FRONTMATTER_BYTES = 16 * 1024
+#: the most YAML aliases a front block may use by default (a few can expand to gigabytes)
+MAX_FRONTMATTER_ALIASES = 8
 
 
 class FrontmatterError(ValueError):

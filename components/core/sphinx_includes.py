@@ -1,24 +1,28 @@
 """
 The files a reStructuredText page's `include` and `literalinclude` directives name, read only under the knowledge root.
 
-Paths follow Sphinx: relative to the folder of the file that names them, or, starting with `/`, to the site's source
-folder (the nearest folder above the page holding a `conf.py`, else the knowledge root). The part an option names
-follows docutils for `include` (`start-line`/`end-line` slice lines, `start-after`/`end-before` cut at text) and Sphinx
-for `literalinclude` (`lines`, `start-after`/`start-at`/`end-before`/`end-at` by line, `pyobject`, `dedent`,
+Paths follow Sphinx: relative to the page's folder (an included file's own includes too, as Sphinx resolves them
+against the document it builds), or, starting with `/`, to the site's source folder (the nearest folder above the
+page holding a `conf.py`, else the knowledge root). The part an option names follows docutils for `include`
+(`start-line`/`end-line` slice lines, `start-after`/`end-before` cut at text) and Sphinx for `literalinclude` (its
+filters in Sphinx's order: `pyobject`, `start-after`/`start-at`, `end-before`/`end-at`, `lines`, `dedent`,
 `prepend`/`append`).
 """
 
 from __future__ import annotations
 
 import ast
+import os
 import re
 import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from components.core.conversion import MAX_INCLUDE_DEPTH
+from components.core.conversion import MAX_INCLUDE_DEPTH, is_hidden
 
+#: most include directives one page may name (each is a file read and parsed, an empty one too)
+MAX_INCLUDES = 256
 _OPTION_VALUE = re.compile(r"^:(?P<name>[\w .+-]+):(?:[ \t]+(?P<value>.*))?$")
 #: the options of an `include` that show only part of the file
 _INCLUDE_PARTS = frozenset({"start-line", "end-line", "start-after", "end-before"})
@@ -34,11 +38,18 @@ def directive_options(lines: list[str]) -> dict[str, str]:
     :returns: Each option's name and value ('' for a flag).
     """
     options: dict[str, str] = {}
+    indent = -1
+    last = ""
     for line in lines:
         found = _OPTION_VALUE.match(line.strip())
-        if not found:
+        if found:
+            last = found.group("name").strip().lower()
+            options[last] = (found.group("value") or "").strip()
+            indent = len(line) - len(line.lstrip())
+        elif last and line.strip() and len(line) - len(line.lstrip()) > indent:  # a value continued
+            options[last] = f"{options[last]} {line.strip()}".strip()
+        else:
             break
-        options[found.group("name").strip().lower()] = (found.group("value") or "").strip()
     return options
 
 
@@ -58,8 +69,8 @@ def include_part(text: str, options: dict[str, str]) -> str:
         first `end-before` text that follows it.
     :raises ValueError: If a line option is no number, or a text to cut at is not in the file.
     """
-    lines = text.split("\n")
-    text = "\n".join(lines[_number(options, "start-line") : _number(options, "end-line")])
+    lines = text.splitlines(keepends=True)
+    text = "".join(lines[_number(options, "start-line") : _number(options, "end-line")])
     if after := options.get("start-after"):
         if after not in text:
             raise ValueError(f"start-after text {after!r} not found")
@@ -77,17 +88,17 @@ def literal_part(text: str, options: dict[str, str]) -> str:
 
     :param text: The file's text.
     :param options: The directive's options.
-    :returns: The lines `pyobject` names, then those `lines` names (`1,3,5-7`, `5-`), then those from the first line
-        holding `start-after` (after it) or `start-at` (from it) to the next holding `end-before` (before it) or
-        `end-at` (with it); `dedent` applied; `prepend` and `append` added.
-    :raises ValueError: If an option names what the file does not hold.
+    :returns: The lines `pyobject` names, then those from the first line holding `start-after` (after it) or
+        `start-at` (from it) to the next holding `end-before` (before it; not on the first line) or `end-at` (with
+        it), then those `lines` names (`1,3,5-7`, `5-`, `-3`); `dedent` applied; `prepend` and `append` added.
+    :raises ValueError: If an option names what the file does not hold, or `start-after` and `start-at` are both given.
     """
     lines = text.split("\n")
     if name := options.get("pyobject"):
         lines = _pyobject(text, name)
+    lines = _cut_lines(lines, options)
     if "lines" in options:
         lines = _numbered_lines(lines, options["lines"])
-    lines = _cut_lines(lines, options)
     if "dedent" in options:
         amount = options["dedent"]
         if amount and not amount.isdigit():
@@ -111,6 +122,7 @@ def _numbered_lines(lines: list[str], spec: str) -> list[str]:
     chosen: list[str] = []
     for piece in (p.strip() for p in spec.split(",")):
         first, dash, last = piece.partition("-")
+        first = first or ("1" if dash else "")  # `-3`: from the first line
         if not first.isdigit() or (last and not last.isdigit()):
             raise ValueError(f"lines {spec!r} is no list of line numbers")
         end = (int(last) if last else len(lines)) if dash else int(first)
@@ -121,6 +133,10 @@ def _numbered_lines(lines: list[str], spec: str) -> list[str]:
 
 
 def _cut_lines(lines: list[str], options: dict[str, str]) -> list[str]:
+    if "start-after" in options and "start-at" in options:
+        raise ValueError("start-after and start-at cannot be used together")
+    if "end-before" in options and "end-at" in options:
+        raise ValueError("end-before and end-at cannot be used together")
     for name, inclusive in (("start-after", False), ("start-at", True)):
         if marker := options.get(name):
             at = next((n for n, line in enumerate(lines) if marker in line), None)
@@ -129,7 +145,8 @@ def _cut_lines(lines: list[str], options: dict[str, str]) -> list[str]:
             lines = lines[at if inclusive else at + 1 :]
     for name, inclusive in (("end-before", False), ("end-at", True)):
         if marker := options.get(name):
-            at = next((n for n, line in enumerate(lines) if marker in line), None)
+            # as Sphinx: `end-before` on the first line left (the start line itself) does not end the part
+            at = next((n for n, line in enumerate(lines) if marker in line and (inclusive or n > 0)), None)
             if at is None:
                 raise ValueError(f"{name} text {marker!r} not found")
             lines = lines[: at + 1 if inclusive else at]
@@ -191,6 +208,10 @@ class SphinxIncludes:
         self.included: list[str] = []
         #: the files shown whole somewhere (not only a part an option names)
         self.whole: list[str] = []
+        #: the files an include names under the root that could not be read (not there yet, not UTF-8): their
+        #: creation or mending indexes the page again
+        self.watched: list[str] = []
+        self.attempts = 0
         #: the files being read, the page first: an include names a path relative to the last
         self.chain = [source]
 
@@ -200,7 +221,7 @@ class SphinxIncludes:
 
     @contextmanager
     def reading(self, name: str) -> Iterator[None]:
-        """While an included file's text is written: the includes it names are relative to it."""
+        """While an included file's text is written (the chain of files being read: no file includes itself)."""
         self.chain.append(name)
         try:
             yield
@@ -211,9 +232,10 @@ class SphinxIncludes:
         """
         The file an include names, read.
 
-        :param target: The path the directive names (relative to the file being read, or to the site's source folder).
+        :param target: The path the directive names (relative to the page's folder, or to the site's source folder).
         :returns: The file's path, its source (relative to the root) and its text; None (noted) when it lies outside
-            the root, is not there, includes itself, lies too deep, is over a cap or is no UTF-8 text.
+            the root or in a hidden folder, is not there, includes itself, lies too deep, is over a cap or is no UTF-8
+            text.
         """
         if self.root is None:
             self.note(f"{target} (no knowledge root to resolve it against)")
@@ -221,19 +243,22 @@ class SphinxIncludes:
         if target.startswith("<") and target.endswith(">"):
             self.note(f"{target} (a docutils standard file)")
             return None
-        root = self.root
-        chain = self.chain
-        here = root / chain[-1]
-        base = sphinx_source_folder(root, root / self.source) if target.startswith("/") else here.parent
-        try:
-            path = (base / target.lstrip("/")).resolve(strict=True)
-        except (OSError, RuntimeError):
-            self.note(f"{target} (not found under the knowledge root)")
+        self.attempts += 1
+        if self.attempts > MAX_INCLUDES:
+            self.note(f"{target} (over the {MAX_INCLUDES} includes a page may name)")
             return None
-        if not path.is_relative_to(root) or not path.is_file():
+        root = self.root
+        page = root / self.source
+        base = sphinx_source_folder(root, page) if target.startswith("/") else page.parent
+        written = Path(os.path.normpath(base / target.lstrip("/")))  # `sub/../a.rst` as docutils reads it
+        path = self._under_root(written)
+        if path is None:
             self.note(f"{target} (not found under the knowledge root)")
+            if written.is_relative_to(root) and not is_hidden(written.relative_to(root)):
+                self.watched.append(written.relative_to(root).as_posix())
             return None
         name = path.relative_to(root).as_posix()
+        chain = self.chain
         if name in chain or len(chain) > MAX_INCLUDE_DEPTH:
             self.note(f"{target} (included from itself or over {MAX_INCLUDE_DEPTH} levels deep)")
             return None
@@ -245,11 +270,23 @@ class SphinxIncludes:
         if data is None or len(data) > self.budget:
             self.note(f"{target} (over the {self.max_bytes}-byte cap of a page and what it includes)")
             return None
+        self.budget -= len(data)
         try:
             text = data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
         except UnicodeDecodeError as err:
             self.note(f"{target} (not UTF-8 text: {err.reason} at byte {err.start})")
+            self.watched.append(name)
             return None
-        self.budget -= len(data)
         self.included.append(name)
         return path, name, text
+
+    def _under_root(self, written: Path) -> Path | None:
+        """The file a path names, links followed, when it is a file under the root and in no hidden folder."""
+        assert self.root is not None
+        try:
+            path = written.resolve(strict=True)
+        except (OSError, RuntimeError):
+            return None
+        if not path.is_relative_to(self.root) or not path.is_file() or is_hidden(path.relative_to(self.root)):
+            return None
+        return path

@@ -648,6 +648,54 @@ class TestIncludesAndPartials:
         entry = KnowledgeIndex.load(deployment.index_path).by_source()["proj/docs/changes.rst"]
         assert list(entry.includes) == ["proj/CHANGES.rst"]
 
+    def test_a_sphinx_include_created_after_its_page_indexes_the_page_again(self, tmp_path):
+        kb = tmp_path / "kb"
+        (kb / "proj" / "docs").mkdir(parents=True)
+        (kb / "proj" / "docs" / "changes.rst").write_text("Changes\n=======\n\nNews.\n\n.. include:: ../CHANGES.rst\n")
+        indexer = KnowledgeIndexer(Deployment.resolve(tmp_path / "data"))
+        try:
+            first = indexer.index(kb, progress=False)
+            (kb / "proj" / "CHANGES.rst").write_text("Version 2.0\n-----------\n\nThe run command is async.\n")
+            second = indexer.index(kb, progress=False)
+            store = indexer.collection
+            chunks = store.chunks_of(store.active_versions())
+        finally:
+            indexer.close()
+        assert [w["reason"] for w in first.warnings] == [
+            "include not resolved: ../CHANGES.rst (not found under the knowledge root)"
+        ]
+        assert (second.indexed, second.warnings) == (1, [])
+        assert [n["source"] for n in second.not_indexed] == ["proj/CHANGES.rst"]
+        assert {c.meta["source"] for c in chunks} == {"proj/docs/changes.rst"}
+        assert any("The run command is async." in c.content for c in chunks)
+
+    def test_a_sphinx_sites_txt_pages_are_read_as_restructuredtext_with_its_epilog(self, tmp_path):
+        # Django's docs: `source_suffix = '.txt'` and substitutions every page gets from `rst_epilog`
+        kb = tmp_path / "kb"
+        (kb / "site" / "docs").mkdir(parents=True)
+        (kb / "notes").mkdir()
+        conf = 'source_suffix = ".txt"\nrst_epilog = """\n.. |users| replace:: :ref:`django-users <users-list>`\n"""\n'
+        (kb / "site" / "docs" / "conf.py").write_text(conf, encoding="utf-8")
+        (kb / "site" / "docs" / "help.txt").write_text(
+            "Getting help\n============\n\nAsk on |users| about ``manage.py``.\n\n.. note:: Search first.\n"
+        )
+        (kb / "notes" / "plain.txt").write_text("Getting help\n============\n\nAsk a colleague.\n")  # no site
+        indexer = KnowledgeIndexer(Deployment.resolve(tmp_path / "data"))
+        try:
+            summary = indexer.index(kb, progress=False)
+            store = indexer.collection
+            chunks = {c.meta["source"]: c for c in store.chunks_of(store.active_versions())}
+        finally:
+            indexer.close()
+        assert (summary.indexed, summary.failures, summary.warnings) == (2, [], [])
+        page = chunks["site/docs/help.txt"]
+        assert page.meta["markup"] == "rst" and page.meta["breadcrumb"] == "Getting help"
+        assert page.content == "Ask on django-users about `manage.py`.\n\nSearch first."
+        assert "markup" not in chunks["notes/plain.txt"].meta or chunks["notes/plain.txt"].meta["markup"] != "rst"
+        assert "============" in chunks["notes/plain.txt"].content  # plain text stays as written
+        entry = KnowledgeIndex.load(Deployment.resolve(tmp_path / "data").index_path).by_source()["site/docs/help.txt"]
+        assert list(entry.includes) == ["site/docs/conf.py"]  # an edit of the epilog indexes the page again
+
     def test_a_sphinx_conf_py_created_or_mended_after_indexing_indexes_the_pages_that_use_it(self, tmp_path):
         kb = tmp_path / "kb"
         (kb / "docs" / "syntax").mkdir(parents=True)

@@ -202,6 +202,22 @@ class TestMarkdownKnowledgeConverter:
         # the included lines point at the include's line; the page's own lines at themselves
         assert _file_line_of(doc, "end", page) == "end"
 
+    def test_an_include_of_a_hidden_file_is_not_read(self, tmp_path: Path):
+        root = tmp_path / "content"
+        (root / ".git").mkdir(parents=True)
+        (root / ".git" / "config").write_text("url = https://token@host\n", encoding="utf-8")
+        (root / ".env").write_text("API_KEY=xyz\n", encoding="utf-8")
+        page = '# Page\n\n{{% include "/.env" %}}\n\n{{< readfile file="/.git/config" >}}\n\nend\n'
+        (root / "page.md").write_text(page, encoding="utf-8")
+        out = MarkdownKnowledgeConverter().run(sources=[root / "page.md"], meta={"source": "page.md"})
+        [doc] = out["documents"]
+        assert "API_KEY" not in doc.content and "token" not in doc.content
+        assert "included_files" not in doc.meta
+        assert [w["reason"] for w in out["warnings"]] == [
+            "include not resolved: /.env (not found under the knowledge root)",
+            "include not resolved: /.git/config (not found under the knowledge root)",
+        ]
+
     def test_a_site_below_the_knowledge_root_resolves_against_its_own_root(self, tmp_path: Path):
         site = tmp_path / "kb" / "hugo" / "content"
         (site / "_common").mkdir(parents=True)

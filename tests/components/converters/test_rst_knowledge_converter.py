@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -300,7 +301,7 @@ class TestRstKnowledgeConverter:
         docs.mkdir(parents=True)
         (docs / "conf.py").write_text("project = 'proj'\n", encoding="utf-8")
         (root / "proj" / "CHANGES.rst").write_text(
-            "Version 2.0\n-----------\n\nThe ``run`` command is async.\n\n.. include:: docs/note.rst\n",
+            "Version 2.0\n-----------\n\nThe ``run`` command is async.\n\n.. include:: note.rst\n",  # the page's
             encoding="utf-8",
         )
         (docs / "note.rst").write_text(".. note::\n\n   Upgrade the plugins first.\n", encoding="utf-8")
@@ -394,16 +395,41 @@ class TestRstKnowledgeConverter:
         ]
         assert doc.meta["included_files"] == ["proj/docs/loop.rst"]
 
+    def test_an_included_file_docutils_cannot_read_is_a_warning_and_the_page_stays(self, site: Path):
+        deep = "".join("  " * depth + "* item\n\n" for depth in range(400))
+        (site / "proj" / "docs" / "deep.rst").write_text(deep, encoding="utf-8")
+        (site / "proj" / "README.md").write_text("---\nbase: &b x\nother: *b\n---\n# Proj\n\nRuns jobs.\n")
+        out = self._page(
+            site,
+            "Page\n====\n\nKept.\n\n.. include:: deep.rst\n\n.. INCLUDE:: ../README.md\n   :parser: myst\n",
+        )
+        [doc] = out["documents"]
+        assert doc.content == "# Page\n\nKept.\n\n## Proj\n\nRuns jobs."  # a YAML alias, as markdown pages may
+        assert [w["reason"] for w in out["warnings"]] == [
+            "include not resolved: deep.rst (not readable reStructuredText: RecursionError)"
+        ]
+        assert doc.meta["included_files"] == ["proj/README.md"] and doc.meta["watched_files"] == ["proj/docs/deep.rst"]
+        scan = RstKnowledgeConverter().included_files([site / "proj/docs/page.rst"], [{"source": "proj/docs/page.rst"}])
+        assert scan == {"proj/docs/page.rst": ["proj/README.md"]}  # the deep file stays a page of its own
+
+    def test_a_parser_option_imports_no_module(self, site: Path, capsys: pytest.CaptureFixture[str]):
+        sys.modules.pop("this", None)
+        out = self._page(site, "Page\n====\n\nKept.\n\n.. include:: ../README.md\n   :parser: this\n")
+        assert "this" not in sys.modules and "Beautiful is better" not in capsys.readouterr().out
+        assert "Proj runs jobs." in out["documents"][0].content  # read as reStructuredText: no markdown parser named
+
     def test_included_files_lists_what_each_page_shows_whole(self, site: Path):
         (site / "proj" / "docs" / "changes.rst").write_text("Changes\n=======\n\n.. include:: ../CHANGES.rst\n")
         (site / "proj" / "docs" / "plain.rst").write_text("Plain\n=====\n\nNo include.\n", encoding="utf-8")
+        (site / "proj" / "docs" / "upper.rst").write_text("Upper\n=====\n\n.. INCLUDE:: note.rst\n")  # any case
         (site / "proj" / "docs" / "broken.rst").write_bytes(b".. include:: ../CHANGES.rst\n\xff")  # not UTF-8
-        names = ["proj/docs/changes.rst", "proj/docs/plain.rst", "proj/docs/broken.rst"]
+        names = ["proj/docs/changes.rst", "proj/docs/plain.rst", "proj/docs/broken.rst", "proj/docs/upper.rst"]
         found = RstKnowledgeConverter().included_files([site / n for n in names], [{"source": n} for n in names])
         assert found == {
             "proj/docs/changes.rst": ["proj/CHANGES.rst", "proj/docs/note.rst"],
             "proj/docs/plain.rst": [],
             "proj/docs/broken.rst": [],  # it fails in the run: what it includes stays a page
+            "proj/docs/upper.rst": ["proj/docs/note.rst"],
         }
 
     def test_empty_input_gives_empty_output(self):

@@ -6,7 +6,7 @@ import pytest
 
 from components.core.html_pre import closing_lines, fenced_pre_block
 from components.core.html_table import INSERTED, take_table_lines
-from components.preprocessors.markup_cleaner import clean_markup
+from components.core.site_markup import clean_markup
 
 
 def _block(text: str, start: int = 0) -> tuple[list[str], int] | None:

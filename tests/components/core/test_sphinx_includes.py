@@ -7,6 +7,7 @@ import pytest
 
 from components.core.conversion import MAX_INCLUDE_DEPTH
 from components.core.sphinx_includes import (
+    MAX_INCLUDES,
     SphinxIncludes,
     directive_options,
     include_part,
@@ -41,6 +42,10 @@ class TestDirectiveOptions:
         lines = ["   :start-after: .. begin", "   :literal:", "", "   :end-before: no"]
         assert directive_options(lines) == {"start-after": ".. begin", "literal": ""}
 
+    def test_a_value_continued_on_the_next_line(self):
+        lines = ["   :caption: A long", "      caption", "   :lines: 1", "", "   content"]
+        assert directive_options(lines) == {"caption": "A long caption", "lines": "1"}
+
     def test_no_options(self):
         assert directive_options([]) == {} and directive_options(["text"]) == {}
 
@@ -53,7 +58,8 @@ class TestIncludePart:
     def test_line_slice_then_text_cuts(self):
         text = "zero\none\n.. start\ntwo\n.. end\nthree"
         assert include_part(text, {}) == text
-        assert include_part(text, {"start-line": "1", "end-line": "-1"}) == "one\n.. start\ntwo\n.. end"
+        assert include_part(text, {"start-line": "1", "end-line": "-1"}) == "one\n.. start\ntwo\n.. end\n"
+        assert include_part("a\nb\nc\n", {"end-line": "-1"}) == "a\nb\n"  # docutils' slice of the file's lines
         assert include_part(text, {"start-after": ".. start", "end-before": ".. end"}) == "\ntwo\n"
 
     @pytest.mark.parametrize(
@@ -74,6 +80,15 @@ class TestLiteralPart:
         text = "a\nb\nc\nd\ne"
         assert literal_part(text, {"lines": "1,3-4"}) == "a\nc\nd"
         assert literal_part(text, {"lines": "4-"}) == "d\ne"
+        assert literal_part(text, {"lines": "-2"}) == "a\nb"
+
+    def test_filters_apply_in_sphinxs_order(self):
+        text = "head\n# [START a]\nalpha\nbeta\n# [END a]"
+        # `lines` counts within what the markers left, as Sphinx's LiteralIncludeReader does
+        assert literal_part(text, {"start-after": "[START a]", "end-before": "[END a]", "lines": "1"}) == "alpha"
+        # `end-before` does not end the part on its first line
+        classes = "class A:\n    pass\nclass B:\n    pass"
+        assert literal_part(classes, {"start-at": "class A", "end-before": "class"}) == "class A:\n    pass"
 
     def test_markers_by_line(self):
         assert literal_part(CODE, {"start-after": "# start here", "end-before": "# end here"}) == (
@@ -98,6 +113,7 @@ class TestLiteralPart:
             (CODE, {"lines": "900-"}, "holds no line of the file"),
             (CODE, {"end-at": "never"}, "end-at text 'never' not found"),
             (CODE, {"dedent": "some"}, "dedent 'some' is no number"),
+            (CODE, {"start-after": "a", "start-at": "b"}, "cannot be used together"),
         ],
     )
     def test_what_the_file_does_not_hold_is_an_error(self, text, options, error):
@@ -122,11 +138,13 @@ class TestSphinxIncludes:
         assert includes.included == ["proj/README.rst", "proj/docs/snippet.rst"] and includes.unresolved == []
         assert sphinx_source_folder(site, site / "other" / "page.rst") == site
 
-    def test_an_included_files_own_includes_are_relative_to_it(self, site: Path):
+    def test_an_included_files_own_includes_are_relative_to_the_page_as_sphinx_reads_them(self, site: Path):
         includes = SphinxIncludes(site, "proj/docs/guide/page.rst", 1000)
         with includes.reading("proj/README.rst"):
-            assert includes.read("docs/snippet.rst")[1] == "proj/docs/snippet.rst"
+            assert includes.read("../snippet.rst")[1] == "proj/docs/snippet.rst"
+            assert includes.read("docs/snippet.rst") is None  # relative to the README's folder: not Sphinx's way
         assert includes.chain == ["proj/docs/guide/page.rst"]
+        assert includes.read("missing/../../snippet.rst")[1] == "proj/docs/snippet.rst"  # read as text first
 
     def test_what_cannot_be_read_is_noted_with_why(self, site: Path, tmp_path: Path):
         (tmp_path / "secret.txt").write_text("TOP SECRET", encoding="utf-8")
@@ -148,7 +166,24 @@ class TestSphinxIncludes:
             "<isonum.txt> (a docutils standard file)",
         ]
         assert includes.included == []
+        # what lies under the root but cannot be read yet is watched: its creation or mending indexes the page again
+        assert includes.watched == ["proj/docs/link.rst", "proj/docs/missing.rst", "proj/docs/latin1.rst"]
         assert SphinxIncludes(None, "p.rst", 100).read("x.rst") is None
+
+    def test_hidden_files_are_not_read(self, site: Path):
+        (site / ".env").write_text("API_KEY=xyz\n", encoding="utf-8")
+        (site / "proj" / ".git").mkdir()
+        (site / "proj" / ".git" / "config").write_text("url=https://token@host\n", encoding="utf-8")
+        includes = SphinxIncludes(site, "proj/docs/page.rst", 1000)
+        assert includes.read("../../.env") is None and includes.read("../.git/config") is None
+        assert includes.included == [] and includes.watched == []
+
+    def test_a_page_names_at_most_so_many_includes(self, site: Path):
+        (site / "proj" / "docs" / "empty.rst").write_text("", encoding="utf-8")
+        includes = SphinxIncludes(site, "proj/docs/page.rst", 1000)
+        read = [includes.read("empty.rst") is not None for _ in range(MAX_INCLUDES + 1)]
+        assert read == [True] * MAX_INCLUDES + [False]
+        assert includes.unresolved == [f"empty.rst (over the {MAX_INCLUDES} includes a page may name)"]
 
     def test_all_includes_of_a_page_share_one_cap(self, site: Path):
         (site / "proj" / "docs" / "sixty.rst").write_text("y" * 60, encoding="utf-8")

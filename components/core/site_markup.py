@@ -1,0 +1,596 @@
+"""The markup of documentation sites in markdown, removed line for line (the `MarkupCleaner` node's rules)."""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from components.core.html_pre import PRE_OPEN, closing_lines, fenced_pre_block
+from components.core.html_table import (
+    INSERTED,
+    PADDING,
+    TABLE_TAG,
+    html_tables_as_markdown,
+    take_table_lines,
+    untag_table_lines,
+)
+from components.core.jsx_expressions import jsx_attribute_values_as_words, without_mdx_exports
+from components.core.markdown_text import (
+    HEADING_ATTRIBUTES,
+    MDX_CODE_BLOCK,
+    closes_directive,
+    closes_fence,
+    opening_fence,
+)
+
+#: shortcodes and Liquid blocks whose content is code: they become fenced blocks, so a `#` in them is no heading
+_CODE_SHORTCODES = ("highlight", "code", "code-toggle", "codeblock", "snippet")
+_CODE_OPEN = re.compile(
+    # not a self-closing one (`{{< code-toggle config=x />}}` shows a configuration, it opens no block)
+    r"^[ \t]*(?:\{\{[<%]-?\s*(?:" + "|".join(_CODE_SHORTCODES) + r")\b[^\n]*?(?<!/)[>%]\}\}"
+    r"|\{%-?\s*highlight\b[^\n]*?%\})[ \t]*$",
+    re.MULTILINE,
+)
+_CODE_CLOSE = re.compile(
+    r"^[ \t]*(?:\{\{[<%]-?\s*/\s*(?:" + "|".join(_CODE_SHORTCODES) + r")\s*-?[>%]\}\}"
+    r"|\{%-?\s*endhighlight\s*-?%\})[ \t]*$",
+    re.MULTILINE,
+)
+_RAW_TAG = re.compile(r"\{%-?\s*(?:raw|endraw)\s*-?%\}")
+_INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1")
+
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
+_MDX_COMMENT = re.compile(r"\{/\*.*?\*/\}", re.DOTALL)
+_MDX_IMPORT = re.compile(
+    # one or several statements on a line (`import Tabs from '@theme/Tabs'; import TabItem from '@theme/TabItem';`)
+    r"^(?:import\s(?:[^\n;]|\n(?!\n))*?\sfrom\s+['\"][^'\"\n]+['\"];?[ \t]*|import\s+['\"][^'\"\n]+['\"];?[ \t]*)+$",
+    re.MULTILINE,
+)
+
+_HUGO = re.compile(r"\{\{[<%]-?\s*/?\*?.*?\*?/?\s*-?[>%]\}\}", re.DOTALL)
+_HUGO_NAME = re.compile(r"\{\{[<%]-?\s*([\w-]+)")
+_HUGO_PARAM = re.compile(r"""(\w+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
+_HUGO_ARGUMENT = re.compile(r"""\{\{[<%]-?\s*[\w-]+\s+(?:"([^"]*)"|'([^']*)')""")
+#: the parameters whose value a shortcode shows as words (`{{< glossary_tooltip text="Secret" term_id="secret" >}}`)
+_HUGO_SHOWN = ("text", "title", "label", "caption")
+#: Liquid tags, and Liquid output that is Jekyll's: a site variable, a quoted string or a filter (`| relative_url`)
+_LIQUID = re.compile(
+    r"\{%-?.*?-?%\}|\{\{-?\s*(?:(?:site|page|include|layout|jekyll|paginator)\b|['\"])[^{}]*?-?\}\}"
+    r"|\{\{-?[^{}|]*\|[^{}]*?-?\}\}",
+    re.DOTALL,
+)
+#: MkDocs snippet lines left unresolved (`--8<-- "file"`, and the bare `--8<--` around a list of files)
+_SNIPPET = re.compile(r"^[ \t]*-+8<-+(?:[ \t]+[\"'][^\"'\n]*[\"'])?[ \t]*$", re.MULTILINE)
+#: a link whose target was a shortcode or Liquid tag, now empty: its text
+_EMPTY_LINK = re.compile(r"\[([^\[\]\n]+)\]\(\s*\)")
+#: a heading's attribute list: `{#id}`, `{ #id .class }`
+_HEADING_ID = re.compile(r"^(#{1,6}[ \t].*?)" + HEADING_ATTRIBUTES.pattern, re.MULTILINE)
+#: pymdownx blocks (`/// note | Title` ... `///`, `//// tab | Linux`): the marker goes, a title stays as a line
+_PYMDOWNX_BLOCK = re.compile(
+    r"^[ \t]*/{3,}(?:[ \t]*(?P<kind>[\w-]+)(?:[ \t]*\|[ \t]*(?P<title>[^\n]*?))?)?[ \t]*$", re.MULTILINE
+)
+#: an mdBook directive the converter left unresolved (`{{#include ../examples/x.rs}}`, `{{#title T}}`)
+_MDBOOK = re.compile(r"(?<!\\)\{\{#(?:include|rustdoc_include|playground|title)\b[^}\n]*\}\}")
+#: a code include left unresolved (`{* ../../docs_src/app.py hl[3] *}`, as FastAPI's docs write them)
+_CODE_INCLUDE = re.compile(r"^[ \t]*\{\*[^\n]*?\*\}[ \t]*$", re.MULTILINE)
+#: HTML elements that are layout, never words; JSX components are the capitalized names
+_HTML_TAGS = (
+    "a|abbr|b|br|center|details|div|em|figcaption|figure|font|hr|i|iframe|img|kbd|li|ol|p|picture|section|small|"
+    "source|span|strong|sub|summary|sup|table|tbody|td|tfoot|th|thead|tr|u|ul|video|dl|dt|dd|blockquote|code|pre|"
+    "mark|del|ins|s|nav|main|article|aside|header|footer|button|svg|path|script|style|noscript|h[1-6]|link|meta|"
+    "caption|col|colgroup|input|form|label|select|option|textarea|dfn|cite|q|var|samp|time|tt|big|strike|wbr|bdi|"
+    "bdo|ruby|rt|rp|data|address|template|audio|use|slot|dialog|canvas|track|embed|object"
+)
+_TAG = re.compile(
+    # a custom element's name has a hyphen (`<svg-image :svg="x" />`): a Vue or web component, never words
+    r"<(?P<close>/)?(?P<name>[A-Z][\w.]*|[a-z][a-z0-9]*(?:-[a-z0-9]+)+|(?:" + _HTML_TAGS + r")(?![\w-]))"
+    # a component's attributes may hold JSX (`values={[{label: 'a'}]}`, over several lines): anything but `<` or `>`
+    r"(?P<attrs>\s(?:[^<>\"']|\"[^\"]*\"|'[^']*')*)?(?P<self>/)?>"
+)
+_CLOSING_COMPONENT = re.compile(r"</([A-Z][\w.]*|[a-z][a-z0-9]*(?:-[a-z0-9]+)+)\s*>")
+#: the attribute whose value a component shows as words: a tab's `label`, a VitePress badge's `text`
+_LABEL = re.compile(r"""\b(?:label|text)\s*=\s*(?:"([^"]*)"|'([^']*)'|\{\s*["']([^"']*)["']\s*\})""")
+#: the attributes whose values a component shows as words: also a card's, step's or accordion's `title`, a link
+#: card's `description`, a figure's `caption` (on an HTML element `title` is a tooltip, not text)
+_COMPONENT_WORDS = re.compile(
+    r"""\b(?:label|text|title|caption|description)\s*=\s*(?:"([^"]*)"|'([^']*)'|\{\s*["']([^"']*)["']\s*\})"""
+)
+#: what a Liquid tag shows as words: GitBook's `{% tab title="HTTP" %}`, `{% code title="index.js" %}`,
+#: `{% update date="2025-12-18" %}`
+_LIQUID_WORDS = re.compile(r"""\b(?:title|date)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
+#: an HTML code element on one line (Starlight links the types in it: `<code>Array&lt;<a href="#x">X</a>&gt;</code>`)
+#: (its text runs to the next `<code`, so a line of openings costs one pass)
+_HTML_CODE = re.compile(r"<code(?:\s[^<>\n]*)?>((?:(?!</code>|<code[\s>])[^\n`])+)</code>")
+#: a tag: a name after `<` (`sort < in.txt > out.txt` holds none)
+_INNER_TAG = re.compile(r"</?[A-Za-z][\w:.-]*(?:\s[^<>\n]*)?/?>")
+#: parentheses holding nothing but tags (`an eyeball icon (<i class="fa fa-eye"></i>)`), the space before them too
+_TAGS_IN_PARENTHESES = re.compile(r"[ \t]?\([ \t]*((?:</?[A-Za-z][\w:.-]*(?:\s[^<>\n]*)?/?>[ \t]*)+)\)")
+#: a character reference (`&#x20;`, `&lt;`, `&nbsp;`), which the page shows as its character
+_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+#: a JSX component's opening or closing tag on a line of its own, whose body MDX reads as markdown
+_COMPONENT_LINE = re.compile(
+    r"^[ \t]*<(?P<name>[A-Z][\w.]*)(?:\s(?:[^<>\"']|\"[^\"]*\"|'[^']*')*)?(?P<self>/)?>[ \t]*$", re.MULTILINE
+)
+_COMPONENT_CLOSE_LINE = re.compile(r"^[ \t]*</([A-Z][\w.]*)\s*>[ \t]*$")
+#: a Vue page's interpolation (`{{ dep.name }}`), on a page with a `<script setup>` or a `<template>`: live data
+_VUE_INTERPOLATION = re.compile(r"\{\{[^{}\n]*\}\}")
+_VUE_PAGE = re.compile(r"<script\s+setup\b|<template\b")
+_SCRIPT = re.compile(r"<(script|style|head)\b[^>]*>.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
+#: Docusaurus admonitions: `:::tip`, `:::tip Title`, `:::tip[Title]`, with attributes after them (`{.padding--lg}`)
+_DOCUSAURUS = re.compile(
+    r"^[ \t]*:::+[ \t]*(?P<kind>[\w-]+)?(?:[ \t]*\[(?P<bracketed>[^\]\n]*)\]|[ \t]+(?P<title>[^{\n]*?))?"
+    r"(?:[ \t]*\{[^}\n]*\})?[ \t]*$",
+    re.MULTILINE,
+)
+#: the kinds of aside whose marker without a title shows the kind as its title (`:::tip` shows "Tip")
+_ASIDE_KINDS = frozenset(
+    (
+        *("note", "tip", "info", "warning", "danger", "caution", "important", "success", "question", "failure"),
+        *("bug", "example", "quote", "abstract", "attention", "hint", "error", "seealso", "todo"),
+    )
+)
+#: MkDocs admonitions (`!!! note "Title"`, `??? tip`, with modifiers such as `inline end`) and Material's content tabs
+_MKDOCS = re.compile(
+    r"^(?P<indent>[ \t]*)(?:(?:!!!|\?\?\?\+?)[ \t]+(?P<kind>[\w-]+)(?:[ \t]+[\w-]+)*|===\+?)"
+    r'(?:[ \t]+"(?P<title>[^"\n]*)")?[ \t]*$'
+)
+#: reference-style links: `[text][ref]` and `[text][]` keep their text, `[ref]: url` definitions go
+_REFERENCE_LINK = re.compile(r"\[([^\[\]\n]+)\]\[[^\[\]\n]*\]")
+_LINK_DEFINITION = re.compile(
+    r"^[ ]{0,3}\[[^\[\]\n]+\]:[ \t]+\S+(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*$", re.MULTILINE
+)
+_GITHUB_ALERT = re.compile(
+    r"^(?P<quote>>[ \t]*)\[!(?P<kind>note|tip|important|warning|caution)\][ \t]*$", re.MULTILINE | re.IGNORECASE
+)
+
+
+#: a MyST directive's opening fence: ```{note} Title, ::::{tab-item} Linux, ~~~{code-block} python
+_MYST_OPEN = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,}|:{3,})\{(?P<name>[\w:.-]+)\}[ \t]*(?P<arg>[^\n]*?)[ \t]*$"
+)
+#: the option lines that open a directive's body (`:class: tip`, `:start-after: x`)
+_MYST_OPTION = re.compile(r"^[ \t]*:[\w-]+:(?:[ \t][^\n]*)?$")
+#: directives whose body is code, with the language their code block gets (`None`: their argument's first word)
+_MYST_CODE: dict[str, str | None] = {
+    "code": None,
+    "code-block": None,
+    "sourcecode": None,
+    "code-cell": None,
+    "mermaid": "mermaid",
+    "math": "math",
+    "eval-rst": "rst",
+    "graphviz": "dot",
+    "plantuml": "plantuml",
+    "jupyter-execute": "python",
+    "ipython": "ipython",
+    "doctest": "python",
+    "testcode": "python",
+    "testoutput": "",
+    "csv-table": "csv",
+    "myst-example": "md",  # MyST's own docs: the markdown and what it renders, an example, not the page's headings
+    "myst-to-html": "md",
+}
+#: directives the page does not show as text: navigation, images, raw output, includes left unresolved
+_MYST_HIDDEN = frozenset(
+    ("toctree", "contents", "tableofcontents", "image", "include", "literalinclude", "raw", "index", "bibliography")
+)
+#: directives whose argument is no title (a figure's is its image's path)
+_MYST_UNTITLED = frozenset(("figure", "figure-md", "only"))
+_MYST_VERSION = {
+    "versionadded": "New in version",
+    "versionchanged": "Changed in version",
+    "deprecated": "Deprecated since version",
+    "versionremoved": "Removed in version",
+}
+#: what shows a page is MyST: a directive fence, a target line `(label)=` or a role `{ref}`x``
+_MYST_PAGE = re.compile(r"^[ \t]*(?:`{3,}|:{3,})\{[\w:.-]+\}|^\([\w./:-]+\)=[ \t]*$|\{[\w:.-]+\}`", re.MULTILINE)
+#: MyST lines that show nothing: a target `(label)=`, a comment `% ...`, a block break `+++`, `:orphan:`, a
+#: paragraph's attributes `{#id}`
+_MYST_SILENT = re.compile(r"^(?:\([\w./:-]+\)=|%.*|\+\+\+.*|:orphan:|\{[#.][\w.-]+(?:[ \t][^}]*)?\})[ \t]*$")
+#: MyST's links whose text Sphinx fills in (`[](other.md)`, `<project:#section>`, `<inv:python#os>`): their target
+_MYST_LINK = re.compile(r"\[\]\((?:project:|path:|inv:)?#?(?P<a>[^)\s]+)\)|<(?:project|path|inv):#?(?P<b>[^<>\s]+)>")
+#: a role: {ref}`Text <target>`, {term}`word`, {octicon}`book`
+_MYST_ROLE = re.compile(r"\{(?P<name>[\w:.-]+)\}(?P<ticks>`+)(?P<body>.+?)(?P=ticks)")
+#: roles that draw an icon, no words
+_ICON_ROLES = frozenset(("octicon", "fa", "fas", "far", "fab", "icon", "material-regular", "material-outlined"))
+
+
+def _blank(match: re.Match[str]) -> str:
+    """What replaces markup: as many line breaks as it spanned, so line numbers still point into the file."""
+    return "\n" * match.group(0).count("\n")
+
+
+def _tag_rewrite(closed: set[str]) -> Callable[[re.Match[str]], str]:
+    """
+    Drop a tag, keeping a `label`'s or `text`'s value. A bare capitalized `<Word>` or hyphenated `<word-name>` is
+    only a component when the text closes it (`</Word>`): otherwise it is prose, such as a key name or a placeholder.
+    """
+
+    def rewrite(match: re.Match[str]) -> str:
+        name = match.group("name")
+        bare = not (match.group("close") or match.group("attrs") or match.group("self"))
+        if bare and (name[0].isupper() or "-" in name) and name not in closed:
+            return match.group(0)
+        component = name[0].isupper() or "-" in name
+        shown = (_COMPONENT_WORDS if component else _LABEL).finditer(match.group(0))
+        kept = " — ".join(word for found in shown if (word := next((g for g in found.groups() if g), "")))
+        return kept + _blank(match)
+
+    return rewrite
+
+
+def _hugo_words(match: re.Match[str]) -> str:
+    """
+    What a shortcode shows as words, its line breaks kept: the value of `text`, `title`, `label` or `caption`; a
+    tab's `name`; a glossary tooltip's term; a `heading`'s argument (`{{% heading "whatsnext" %}}`); else nothing.
+    """
+    code = match.group(0)
+    name = _HUGO_NAME.match(code)
+    params = {key: a if a is not None else b for key, a, b in _HUGO_PARAM.findall(code)}
+    words = next((params[key] for key in _HUGO_SHOWN if params.get(key)), "")
+    kind = name.group(1) if name else ""
+    if not words and kind == "tab":
+        words = params.get("name", "")
+    elif not words and kind == "glossary_tooltip":
+        words = params.get("term_id", "")
+    elif not words and kind == "heading" and (argument := _HUGO_ARGUMENT.match(code)):
+        words = argument.group(1) or argument.group(2) or ""
+    return words + _blank(match)
+
+
+def _liquid_words(match: re.Match[str]) -> str:
+    """A Liquid tag's shown words (its `title` or `date`), its line breaks kept; else nothing."""
+    code = match.group(0)
+    shown = _LIQUID_WORDS.search(code) if code.startswith("{%") else None
+    return (next((g for g in shown.groups() if g), "") if shown else "") + _blank(match)
+
+
+def _aside_title(kind: str | None, title: str | None) -> str:
+    """
+    The title an aside shows: its own (an empty `""` shows none), else its kind's for an untitled admonition (`:::tip`
+    shows "Tip"); a closing marker, a tab or another block shows nothing.
+    """
+    if title is not None:
+        return title.strip()
+    return kind.capitalize() if kind and kind.lower() in _ASIDE_KINDS else ""
+
+
+def _title(match: re.Match[str]) -> str:
+    """A Docusaurus admonition's title (`:::tip[Title]`, `:::tip Title`, else "Tip"; `:::tip[]` shows none)."""
+    title = match.group("bracketed") if match.group("bracketed") is not None else match.group("title") or None
+    return _aside_title(match.group("kind"), title)
+
+
+def _block_title(match: re.Match[str]) -> str:
+    """A pymdownx block's title; an `html` block's argument is a tag (`/// html | div.note`), no title."""
+    kind = match.group("kind")
+    return "" if (kind or "").lower() == "html" else _aside_title(kind, match.group("title"))
+
+
+def _in_comment_after(line: str, comment: bool) -> bool:
+    """Whether an HTML comment is still open after this line (inline code shows `<!--` as text, never opens one)."""
+    rest = _INLINE_CODE.sub("", line)
+    while True:
+        marker = "-->" if comment else "<!--"
+        found = rest.find(marker)
+        if found < 0:
+            return comment
+        comment, rest = not comment, rest[found + len(marker) :]
+
+
+def _role_words(match: re.Match[str]) -> str:
+    """A role's words: `Text` of `Text <target>`, else its content (`~a.b` shows `b`); an icon none."""
+    if match.group("name") in _ICON_ROLES:
+        return ""
+    body = match.group("body").strip()
+    labelled = re.fullmatch(r"(?s)(.*?)\s*<([^<>]+)>", body)
+    if labelled:
+        body = labelled.group(1) or labelled.group(2)
+    if body.startswith("~"):
+        body = body[1:].rsplit(".", 1)[-1]
+    return body.lstrip("!")
+
+
+@dataclass
+class _Directive:
+    """An open MyST directive: its fence, what its body is (`prose`, `code`, `hidden`) and whether options may come."""
+
+    fence: str
+    kind: str
+    close: str  # what its closing fence becomes
+    options: bool = True
+    yaml: bool = False  # inside a `---` block of options
+
+
+def _code_marker(fence: str, body: list[str]) -> str:
+    """The fence of a code block for a directive's body: longer than any backtick fence the body holds."""
+    end = next((n for n, line in enumerate(body) if closes_directive(line, fence)), len(body))
+    longest = max((len(m.group(1)) for line in body[:end] if (m := re.match(r"[ \t]*(`{3,})", line))), default=0)
+    return "`" * max(3, longest + 1, len(fence) if fence[0] == "`" else 0)
+
+
+def _open_directive(match: re.Match[str], body: list[str]) -> tuple[_Directive, str]:
+    """
+    The directive a fence opens (`body`: the lines after it), and the line it leaves: a code block's fence, a title,
+    or nothing.
+    """
+    name, arg, indent = match.group("name"), match.group("arg"), match.group("indent")
+    fence = match.group("fence")
+    if name in _MYST_CODE:
+        marker = fence if fence[0] == "~" else _code_marker(fence, body)
+        language = _MYST_CODE[name]
+        language = (arg.split() or [""])[0] if language is None else language
+        return _Directive(fence, "code", indent + marker), indent + marker + language
+    if name in _MYST_HIDDEN:
+        return _Directive(fence, "hidden", ""), ""
+    if name in _MYST_VERSION:
+        return _Directive(fence, "prose", ""), f"{indent}{_MYST_VERSION[name]} {arg}".rstrip()
+    return _Directive(fence, "prose", ""), "" if name in _MYST_UNTITLED else indent + arg
+
+
+def _directive_line(top: _Directive, line: str) -> str | None:
+    """What an open code or hidden directive, or the options at the top of any, make of a line (None: not theirs)."""
+    if top.options and top.yaml:
+        top.yaml = line.strip() != "---"
+        return ""
+    if top.options and (_MYST_OPTION.match(line) or line.strip() == "---"):
+        top.yaml = line.strip() == "---"
+        return ""
+    top.options = False
+    if top.kind == "code":
+        return line
+    return "" if top.kind == "hidden" else None
+
+
+def _myst(lines: list[str]) -> list[str]:
+    """
+    MyST's markup, line for line: directive fences go (a code directive's become a code block's, a hidden one's body
+    goes with them), their options go, an argument stays as the title line; targets, comments and block breaks go.
+    """
+    out: list[str] = []
+    stack: list[_Directive] = []
+    fence = ""  # an ordinary code block: shown as written
+    for number, line in enumerate(lines):
+        if fence:
+            fence = "" if closes_fence(line, fence) else fence
+            out.append(line)
+        elif stack and closes_directive(line, stack[-1].fence):
+            out.append(stack.pop().close)
+        elif stack and (kept := _directive_line(stack[-1], line)) is not None:
+            out.append(kept)
+        elif opened := _MYST_OPEN.match(line):
+            directive, shown = _open_directive(opened, lines[number + 1 :])
+            stack.append(directive)
+            out.append(shown)
+        else:
+            fence = opening_fence(line)
+            silent = not fence and _MYST_SILENT.match(line)
+            out.append("" if silent else _MYST_LINK.sub(lambda m: m.group("a") or m.group("b"), line))
+    return out
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _dedent_components(lines: list[str], closed: set[str]) -> list[str]:
+    """
+    The body of a JSX component written on lines of its own (`<Accordion title="Q">` ... `</Accordion>`) moves out by
+    its indent, as MDX reads it (MDX has no indented code): its headings are headings again and its lists keep their
+    levels. Nested components each take their own indent off; code blocks inside move with them.
+    """
+    out: list[str] = []
+    stack: list[list[Any]] = []  # per open component: its name, and its body's indent once its first line shows it
+    fence = ""
+    for line in lines:
+        depth_indent = sum(entry[1] or 0 for entry in stack)
+        if stack and line.strip() and stack[-1][1] is None and not fence:
+            stack[-1][1] = max(0, _indent(line) - sum(entry[1] or 0 for entry in stack[:-1]))
+            depth_indent = sum(entry[1] or 0 for entry in stack)
+        shown = line[min(depth_indent, _indent(line)) :] if stack else line
+        out.append(shown)
+        if fence:
+            fence = "" if closes_fence(shown, fence) else fence
+            continue
+        fence = opening_fence(shown)
+        opened, closing = _COMPONENT_LINE.match(line), _COMPONENT_CLOSE_LINE.match(line)
+        if opened and not opened.group("self") and opened.group("name") in closed:
+            stack.append([opened.group("name"), None])
+        elif closing and stack and stack[-1][0] == closing.group(1):
+            stack.pop()
+    return out
+
+
+def _fence_code_shortcodes(text: str) -> str:
+    text = _CODE_OPEN.sub("```", text)
+    return _RAW_TAG.sub("", _CODE_CLOSE.sub("```", text))
+
+
+def _dedent_mkdocs(lines: list[str]) -> list[str]:
+    """
+    MkDocs admonitions and tabs: the marker line keeps only its title; the indented body of one at the margin moves to
+    the margin (a nested one keeps its indent: it is text either way).
+    """
+    out: list[str] = []
+    inside = False
+    for line in lines:
+        marker = _MKDOCS.match(line)
+        if marker:
+            out.append(marker.group("indent") + _aside_title(marker.group("kind"), marker.group("title")))
+            inside = inside or not marker.group("indent")
+            continue
+        if inside and (line.startswith("    ") or line.startswith("\t") or not line.strip()):
+            out.append(line[4:] if line.startswith("    ") else line[1:] if line.startswith("\t") else line)
+            continue
+        inside = False
+        out.append(line)
+    return out
+
+
+def _protect_inline_code(text: str) -> tuple[str, list[str]]:
+    spans: list[str] = []
+
+    def keep(match: re.Match[str]) -> str:
+        spans.append(match.group(0))
+        return f"\x00{len(spans) - 1}\x00"
+
+    return _INLINE_CODE.sub(keep, text), spans
+
+
+def _restore_inline_code(text: str, spans: list[str]) -> str:
+    return re.sub(r"\x00(\d+)\x00", lambda m: spans[int(m.group(1))], text)
+
+
+_Rewrites = list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]
+#: the first rewrites of prose: comments (they may hold any of the others), scripts and imports; then MDX exports and
+#: JSX-valued attributes are read by their brackets (`jsx_expressions`), then `_PROSE`; tags after these
+_PROSE_FIRST: _Rewrites = [
+    (_COMMENT, _blank),
+    (_MDX_COMMENT, _blank),
+    (_SCRIPT, _blank),
+    (_MDX_IMPORT, _blank),
+]
+_PROSE: _Rewrites = [
+    (_HUGO, _hugo_words),
+    (_LIQUID, _liquid_words),
+    (_SNIPPET, _blank),
+    (_CODE_INCLUDE, _blank),
+    (_MDBOOK, _blank),
+    (_DOCUSAURUS, _title),
+    (_PYMDOWNX_BLOCK, _block_title),
+    (_GITHUB_ALERT, lambda m: m.group("quote") + m.group("kind").capitalize()),
+    (_EMPTY_LINK, lambda m: m.group(1)),
+    (_HEADING_ID, lambda m: m.group(1)),
+    (_LINK_DEFINITION, _blank),
+    (_REFERENCE_LINK, lambda m: m.group(1)),
+]
+
+
+def _code_span(match: re.Match[str], vue: bool) -> str:
+    """
+    An HTML `<code>` element as the code span it shows (`<code>{&#37; raw &#37;}</code>` -> `{% raw %}`); on a Vue
+    page its `{{ }}` is live data.
+    """
+    code = html.unescape(_INNER_TAG.sub("", match.group(1)))
+    code = _VUE_INTERPOLATION.sub("", code).strip() if vue else code
+    if not code:
+        return ""
+    ticks = "`" * (1 + max((len(run) for run in re.findall(r"`+", code)), default=0))
+    return f"{ticks}{code}{ticks}"
+
+
+def _clean_prose(text: str, closed: set[str], vue: bool = False) -> str:
+    text = _HTML_CODE.sub(lambda m: _code_span(m, vue), _MYST_ROLE.sub(_role_words, text))  # roles: code spans
+    text, spans = _protect_inline_code(text)
+    for pattern, rewrite in _PROSE_FIRST:
+        text = pattern.sub(rewrite, text)
+    text = jsx_attribute_values_as_words(without_mdx_exports(text))
+    for pattern, rewrite in _PROSE:
+        text = pattern.sub(rewrite, text)
+    if vue:
+        text = _VUE_INTERPOLATION.sub("", text)
+    text = html_tables_as_markdown(text)  # before the tags go: a row's cells are told apart by their tags
+    rewrite_tag = _tag_rewrite(closed)
+    text = _TAGS_IN_PARENTHESES.sub(lambda m: m.group(0) if _TAG.sub(rewrite_tag, m.group(1)).strip() else "", text)
+    text = _TAG.sub(rewrite_tag, text)
+    text = _ENTITY.sub(lambda m: html.unescape(m.group(0)), text)  # after the tags: `&lt;div&gt;` is text
+    return _restore_inline_code(text, spans)
+
+
+def clean_markup(text: str) -> str:
+    """
+    Remove the markup of documentation sites from markdown, keeping its text and its line count.
+
+    :param text: A markdown body.
+    :returns: The body without comments, MDX, JSX and HTML tags, shortcodes, Liquid tags and admonition markers; HTML
+        tables as markdown tables (the lines they no longer need left blank); code blocks unchanged; every line where
+        it was.
+    """
+    return untag_table_lines(_clean(_without_marks(text)))
+
+
+def clean_markup_lines(text: str) -> tuple[str, list[int] | None]:
+    """
+    Remove the markup of documentation sites from markdown, telling where each line left was.
+
+    :param text: A markdown body.
+    :returns: The body as `clean_markup` cleans it, without the lines HTML tables no longer need, and for each of its
+        lines the line of `text` (0-based) it stands for; None when every line is where it was.
+    """
+    return take_table_lines(_clean(_without_marks(text)))
+
+
+_MARKS = re.compile(f"[{PADDING}{TABLE_TAG}{INSERTED}]")
+
+
+def _without_marks(text: str) -> str:
+    """The text without the control characters the table rewrite marks lines with (the knowledge cleaner drops them)."""
+    return _MARKS.sub("", text) if any(mark in text for mark in (PADDING, TABLE_TAG, INSERTED)) else text
+
+
+def _lines_in_tables(lines: list[str]) -> set[int]:
+    """The lines inside an HTML table, whose code blocks are its cells' (the table rewrite reads them)."""
+    inside: set[int] = set()
+    depth = 0
+    for number, line in enumerate(lines):
+        if depth > 0:
+            inside.add(number)
+        lowered = line.lower()
+        depth = max(0, depth + lowered.count("<table") - lowered.count("</table"))
+    return inside
+
+
+def _clean(text: str) -> str:
+    lines = _dedent_mkdocs(_fence_code_shortcodes(text).split("\n"))
+    if ("{" in text or ")=" in text) and _MYST_PAGE.search(text):
+        lines = _myst(lines)
+    # the components the page closes anywhere: a tab's `</Tabs>` may come after a code block inside it
+    closed = set(_CLOSING_COMPONENT.findall(text))
+    if "</" in text and _COMPONENT_LINE.search(text):
+        lines = _dedent_components(lines, closed)
+    out: list[str] = []
+    prose: list[str] = []
+    fence = ""
+    mdx = ""  # the fence of an open mdx-code-block, whose lines are prose
+    vue = _VUE_PAGE.search(text) is not None
+    comment = False  # inside an HTML comment, which may hide a whole code block (a translation's original)
+    closings = closing_lines(lines) if "<pre" in text.lower() else None
+    in_table = _lines_in_tables(lines) if closings and "<table" in text.lower() else set()
+    skip_to = 0  # the line after an HTML code block already written
+    for number, line in enumerate(lines):
+        if number < skip_to:
+            continue
+        if fence:
+            out.append(line)
+            if closes_fence(line, fence):
+                fence = ""
+            continue
+        if comment or "<!--" in line:
+            comment = _in_comment_after(line, comment)
+            prose.append(line)
+            continue
+        rendered = MDX_CODE_BLOCK.match(line)
+        if (mdx and closes_fence(line, mdx)) or (rendered and not mdx):
+            prose.append("")
+            mdx = "" if mdx else rendered.group(1) if rendered else ""
+            continue
+        opened = opening_fence(line)
+        pre = closings is not None and number not in in_table and PRE_OPEN.match(line)
+        block = fenced_pre_block(lines, number, closings) if pre and closings is not None else None
+        if opened or block:
+            out.extend(_clean_prose("\n".join(prose), closed, vue).split("\n") if prose else [])
+            prose = []
+        if block:
+            out.extend(block[0])
+            skip_to = block[1]
+        elif opened:
+            out.append(line)
+            fence = opened
+        else:
+            prose.append(line)
+    if prose:
+        out.extend(_clean_prose("\n".join(prose), closed, vue).split("\n"))
+    return "\n".join(out)
