@@ -69,6 +69,9 @@ The Basic plan costs 10 dollars a month and includes three seats; the Pro plan a
 """,
 }
 
+#: real documentation copied as fixtures may hold its own tests (testfixtures' `test_popen_docs.py`): never collected
+collect_ignore_glob = ["fixtures/*"]
+
 
 def write_tiny_kb(root: Path) -> Path:
     """Write a small three-document knowledge base (English and Chinese) and return its folder."""
