@@ -517,8 +517,9 @@ class _Writer:
         path, name, text = loaded
         try:
             part = literal_part(text, options) if kind == "literalinclude" else include_part(text, options)
-        except ValueError as err:
+        except ValueError as err:  # an option names what the file does not hold: its edit may mend that
             includes.included.remove(name)
+            includes.watched.append(name)
             includes.note(f"{target} ({err})")
             return
         start = len(self.out.lines)
@@ -742,7 +743,7 @@ class RstKnowledgeConverter:
     version 2.0."); `toctree`, `index`, `automodule` and other navigation or generated pages go. An `include` shows
     the file it names (its reStructuredText read as the page's, a markdown README as markdown, with `:literal:` or
     `:code:` as code) and a `literalinclude` shows it as code, the part their options name, when it lies under the
-    knowledge root (paths as Sphinx reads them: relative to the file, or from the site's source folder for `/...`);
+    knowledge root (paths as Sphinx reads them: relative to the page, or from the site's source folder for `/...`);
     the files read are listed in `included_files`, those that cannot be read in `warnings`. docutils itself reads no
     file (`raw :file:`, `csv-table :file:`), and no configuration file of the machine. `line_map` says which line of
     the file each markdown line stands for (an included file's lines: the directive's), so chunks keep their line

@@ -394,6 +394,7 @@ class TestRstKnowledgeConverter:
             "include not resolved: ../app.py (pyobject 'nowhere' not found)",
         ]
         assert doc.meta["included_files"] == ["proj/docs/loop.rst"]
+        assert doc.meta["watched_files"] == ["proj/app.py"]  # its edit may give it the object the page names
 
     def test_an_included_file_docutils_cannot_read_is_a_warning_and_the_page_stays(self, site: Path):
         deep = "".join("  " * depth + "* item\n\n" for depth in range(400))
