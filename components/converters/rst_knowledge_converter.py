@@ -245,8 +245,8 @@ def _inline(node: nodes.Node, code: bool = True) -> str:
         return f"[{node.astext()}]"
     if isinstance(node, nodes.system_message | nodes.target):
         return ""
-    if isinstance(node, nodes.image):
-        return str(node.get("alt", ""))
+    if isinstance(node, nodes.image):  # a linked one is a badge or an icon (`|Docs|_`): its alt is no text
+        return "" if isinstance(node.parent, nodes.reference) else str(node.get("alt", ""))
     if isinstance(node, nodes.Element):
         return "".join(_inline(child, code) for child in node.children)
     return node.astext()

@@ -100,14 +100,17 @@ def source_suffixes(conf: Path) -> frozenset[str]:
 
 def substitution_definitions(conf: Path) -> str:
     """
-    The substitution definitions a Sphinx site adds to every page (`rst_prolog`, `rst_epilog`).
+    The substitution definitions a Sphinx site adds to every page: `|version|` and `|release|` (when literal), and
+    those of `rst_prolog` and `rst_epilog`.
 
     :param conf: The site's `conf.py`.
     :returns: The definitions (`.. |name| replace:: ...`, each with its indented lines), one after the other; '' for
         none. Other markup of the prolog or epilog (roles, text) is left out.
     """
+    given = [(name, literal_setting(conf, name)) for name in ("version", "release")]
+    own = [f".. |{name}| replace:: {value}" for name, value in given if isinstance(value, str) and value.strip()]
     texts = [literal_setting(conf, name) for name in ("rst_prolog", "rst_epilog")]
-    return "\n\n".join(definitions_in("\n".join(text for text in texts if isinstance(text, str))))
+    return "\n\n".join(own + definitions_in("\n".join(text for text in texts if isinstance(text, str))))
 
 
 def definitions_in(text: str) -> list[str]:

@@ -419,6 +419,22 @@ class TestRstKnowledgeConverter:
         assert "this" not in sys.modules and "Beautiful is better" not in capsys.readouterr().out
         assert "Proj runs jobs." in out["documents"][0].content  # read as reStructuredText: no markdown parser named
 
+    def test_the_sites_version_and_epilog_hold_and_a_badge_shows_nothing(self, site: Path):
+        (site / "proj" / "docs" / "conf.py").write_text(
+            'version = "2.2"\nrst_epilog = """\n.. |users| replace:: :ref:`django-users <users-list>`\n"""\n'
+        )
+        out = self._page(
+            site,
+            "Page\n====\n\n|Docs|_\n\nProj |version|: ask |users|.\n\n.. tab:: Unix\n\n   Also |users|.\n\n"
+            ".. image:: arch.png\n   :alt: Architecture diagram\n\n"
+            ".. |Docs| image:: https://readthedocs.org/badge.svg\n.. _Docs: https://proj.readthedocs.io\n",
+        )
+        [doc] = out["documents"]
+        assert doc.content == (
+            "# Page\n\nProj 2.2: ask django-users.\n\nUnix\n\nAlso django-users."  # an image block is no text
+        )
+        assert doc.meta["included_files"] == ["proj/docs/conf.py"]
+
     def test_included_files_lists_what_each_page_shows_whole(self, site: Path):
         (site / "proj" / "docs" / "changes.rst").write_text("Changes\n=======\n\n.. include:: ../CHANGES.rst\n")
         (site / "proj" / "docs" / "plain.rst").write_text("Plain\n=====\n\nNo include.\n", encoding="utf-8")
