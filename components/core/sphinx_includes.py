@@ -212,7 +212,7 @@ class SphinxIncludes:
         #: creation or mending indexes the page again
         self.watched: list[str] = []
         self.attempts = 0
-        #: the files being read, the page first: an include names a path relative to the last
+        #: the files being read, the page first: none of them may be included again (a cycle)
         self.chain = [source]
 
     def note(self, what: str) -> None:
