@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from haystack import Document, component, logging
+from haystack import Document, component
 from haystack.dataclasses import ByteStream
 
 from components.core.conversion import (
@@ -16,7 +16,7 @@ from components.core.conversion import (
     include_warnings,
     is_hidden,
     knowledge_root_of,
-    small_text,
+    scan_includes,
 )
 from components.core.file_version import file_version
 from components.core.frontmatter import (
@@ -34,8 +34,6 @@ from components.core.markdown_text import (
     without_code,
 )
 from components.core.sphinx_conf import literal_setting, nearest_configuration
-
-logger = logging.getLogger(__name__)
 
 _KNOWN_KEYS = ("id", "title", "category", "domain", "keywords", "entities")
 
@@ -677,25 +675,15 @@ class MarkdownKnowledgeConverter:
         :returns: For each file that could be read, its source and the sources it shows whole (none for a file that
             cannot be converted: the run reports it).
         """
-        found: dict[str, list[str]] = {}
-        for path, info in zip(sources, meta, strict=True):
-            name = str(info["source"])
-            text = small_text(path, self.max_file_bytes)
-            if text is None:
-                continue
-            found[name] = []
-            if not _names_an_include(text):
-                continue
-            try:
-                document, root = self._parsed(path, info)
-                if any(document.meta.get(field) not in (None, "", []) for field in narrowing):
-                    continue
-                _, includes = self._expanded(document, root)
-            except Exception as err:  # the run converts it again and reports why it cannot
-                logger.debug("Include scan of {source} failed: {error}", source=name, error=str(err))
-                continue
-            found[name] = sorted(set(includes.whole)) if includes else []
-        return found
+
+        def shown_whole(path: Path, info: dict[str, Any]) -> list[str]:
+            document, root = self._parsed(path, info)
+            if any(document.meta.get(field) not in (None, "", []) for field in narrowing):
+                return []
+            _, includes = self._expanded(document, root)
+            return includes.whole if includes else []
+
+        return scan_includes(sources, meta, self.max_file_bytes, _names_an_include, shown_whole)
 
     @component.output_types(documents=list[Document], failures=list[dict[str, str]], warnings=list[dict[str, str]])
     def run(

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from haystack import Document, component, logging
+from haystack import Document, component
 from haystack.components.converters.utils import normalize_metadata
 from haystack.dataclasses import ByteStream
 from haystack.lazy_imports import LazyImport
@@ -19,7 +19,7 @@ from components.core.conversion import (
     include_warnings,
     knowledge_root_of,
     read_capped,
-    small_text,
+    scan_includes,
 )
 from components.core.frontmatter import (
     MAX_FRONTMATTER_ALIASES,
@@ -43,8 +43,6 @@ with LazyImport("Run 'pip install docutils'") as docutils_import:
     from docutils import nodes
     from docutils.core import publish_doctree
     from docutils.parsers.rst import Directive, directives
-
-logger = logging.getLogger(__name__)
 
 #: default cap of one file
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -780,22 +778,13 @@ class RstKnowledgeConverter:
         :returns: For each file that could be read, its source and the sources it shows whole (none for a file that
             cannot be converted: the run reports it).
         """
-        found: dict[str, list[str]] = {}
-        for path, info in zip(sources, meta, strict=True):
-            name = str(info["source"])
-            text = small_text(path, self.max_file_bytes)
-            if text is None:
-                continue
-            found[name] = []
-            if not _NAMES_AN_INCLUDE.search(text):
-                continue
-            try:
-                _, includes = self._converted(path, info)
-            except (OSError, ValueError) as err:  # the run converts it again and reports why it cannot
-                logger.debug("Include scan of {source} failed: {error}", source=name, error=str(err))
-                continue
-            found[name] = sorted(set(includes.whole))
-        return found
+        return scan_includes(
+            sources,
+            meta,
+            self.max_file_bytes,
+            lambda text: bool(_NAMES_AN_INCLUDE.search(text)),
+            lambda path, info: self._converted(path, info)[1].whole,
+        )
 
     def _convert(self, source: str | Path | ByteStream, meta: dict[str, Any]) -> Document:
         return self._converted(source, meta)[0]

@@ -124,6 +124,39 @@ def small_text(path: Path, max_file_bytes: int) -> str | None:
         return None
 
 
+def scan_includes(
+    sources: list[Path],
+    meta: list[dict[str, Any]],
+    max_file_bytes: int,
+    names_an_include: Callable[[str], bool],
+    shown_whole: Callable[[Path, dict[str, Any]], list[str]],
+) -> dict[str, list[str]]:
+    """
+    What each page of a converter shows whole of other files, parsing only the pages whose text names an include.
+
+    :param sources: File paths.
+    :param meta: One dict per source, with its `source` (the path relative to the knowledge root).
+    :param max_file_bytes: The converter's cap: a larger file is no page (the run reports it).
+    :param names_an_include: Whether a page's text names an include the converter resolves.
+    :param shown_whole: The sources a page shows whole (it may raise: the run converts the page again and reports why).
+    :returns: For each file that could be read, its source and the sources it shows whole, sorted.
+    """
+    found: dict[str, list[str]] = {}
+    for path, info in zip(sources, meta, strict=True):
+        name = str(info["source"])
+        text = small_text(path, max_file_bytes)
+        if text is None:
+            continue
+        found[name] = []
+        if not names_an_include(text):
+            continue
+        try:
+            found[name] = sorted(set(shown_whole(path, info)))
+        except Exception as err:  # the run converts it again and reports why it cannot
+            logger.debug("Include scan of {source} failed: {error}", source=name, error=str(err))
+    return found
+
+
 def include_warnings(documents: list[Document], what: str) -> list[dict[str, str]]:
     """
     The includes converted documents name but do not hold (their `unresolved_includes`), each logged as a warning.
