@@ -11,62 +11,23 @@ from __future__ import annotations
 
 import re
 import shutil
-import uuid
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from components.core.markdown_text import without_code
-from components.core.versions import version_key
 from pipelines.indexing import IndexSummary, KnowledgeIndexer
 from pipelines.service import KnowledgeService
 from pipelines.settings import Deployment
+from tests.pipelines.real_documents import FIXTURES, RESIDUE, prose
 
 pytestmark = pytest.mark.integration
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real_docs"
 ECHO, ECHO_PAGE = "apisix/", "/latest/plugins/echo.md"  # the APISIX page in two language folders
 #: a HAMi page and its translation where Docusaurus keeps translations
 UNINSTALL, UNINSTALL_ZH = (
     "hami/docs/installation/uninstall.md",
     "hami/i18n/zh/docusaurus-plugin-content-docs/current/installation/uninstall.md",
 )
-
-#: markup no chunk may carry outside code: comments, MDX/JSX, shortcodes, Liquid, admonition markers, front matter
-RESIDUE = [
-    r"<!--",
-    r"-->",
-    r"\{\{[<%]",
-    r"[>%]\}\}",
-    r"\{%",
-    r"%\}",
-    r"^import \w+ from",
-    r"</?Tabs\b",
-    r"</?TabItem\b",
-    r"^:::",
-    r"^\s*(?:!!!|\?\?\?\+?) ",
-    r"^\+\+\+$",
-    r"\{\{ ?site\.",
-    r"^\[[^\]]+\]: \S+$",
-    r"<head>|<link ",
-    r"^\s*/{3,}(?:\s*[\w-]+)?(?:\s*\|.*)?$",
-    r"\{\*|\*\}",
-    r"<dfn\b",
-    r"\{ ?#[\w-]+ ?\}",
-    r"\{\{#(?:include|rustdoc_include|playground|title)\b",
-    r"^\s*(?:`{3,}|:{3,})\{[\w:.-]+\}",
-    r"^\([\w./:-]+\)=\s*$",
-    r"\{(?:ref|doc|term|octicon|py:class)\}",
-    r"</?(?:pre|strong|svg|path)\b",
-    r"^export (?:const|default|function)\b",
-    r"\b(?:viewBox|className|useState)\b",
-]
-
-
-def _prose(text: str) -> str:
-    """A chunk's text without its code (code may show any markup: it is an example)."""
-    return without_code(text)
 
 
 def build_knowledge(root: Path) -> Path:
@@ -168,10 +129,10 @@ class TestRealDocumentation:
 
     def test_no_chunk_carries_markup_outside_code(self, chunks):
         for chunk in chunks:
-            prose = _prose(chunk.content)
+            text = prose(chunk.content)
             for pattern in RESIDUE:
-                match = re.search(pattern, prose, re.MULTILINE)
-                assert match is None, f"{chunk.meta['source']}: {pattern!r} in {prose[:300]!r}"
+                match = re.search(pattern, text, re.MULTILINE)
+                assert match is None, f"{chunk.meta['source']}: {pattern!r} in {text[:300]!r}"
 
     def test_breadcrumbs_are_real_headings_never_licence_lines(self, chunks):
         for chunk in (c for c in chunks if c.meta["markup"] == "markdown"):  # a text file's first line may be `# x`
@@ -214,9 +175,9 @@ class TestRealDocumentation:
         react = _of(chunks, "docusaurus/guides/markdown-features/markdown-features-react.mdx")
         text = "\n".join(c.content for c in react)
         assert "This is text some content from" in text  # the imported partial, where `<PartialExample />` was
-        prose = "\n".join(_prose(c.content) for c in react)  # the page's code shows JSX as examples
-        assert "mdx-code-block" not in prose and "export const" not in prose and "<BrowserWindow" not in prose
-        assert "{children}" not in prose  # a multi-line export statement goes whole
+        shown = "\n".join(prose(c.content) for c in react)  # the page's code shows JSX as examples
+        assert "mdx-code-block" not in shown and "export const" not in shown and "<BrowserWindow" not in shown
+        assert "{children}" not in shown  # a multi-line export statement goes whole
 
     def test_mdbook_pages_show_what_their_directives_include(self, chunks):
         serve = _of(chunks, "mdbook/cli/serve.md")
@@ -229,7 +190,7 @@ class TestRealDocumentation:
     def test_myst_pages_keep_their_directives_words_and_show_their_includes(self, chunks):
         admonitions = "\n".join(c.content for c in _of(chunks, "myst/syntax/admonitions.md"))
         assert "\nLet's give readers a helpful hint!" in admonitions
-        assert ":class: myclass1" not in without_code(admonitions)  # options go, words stay
+        assert ":class: myclass1" not in prose(admonitions)  # options go, words stay
         # `{{directive}}`: a substitution the site's conf.py defines
         assert "a special case of [directive](#syntax/directives) extensions" in admonitions
         background = "\n".join(c.content for c in _of(chunks, "myst/develop/background.md"))
@@ -242,7 +203,7 @@ class TestRealDocumentation:
         assert hook.meta["title"] == "HMR hotUpdate Plugin Hook"
         why = "\n".join(c.content for c in _of(chunks, "vitepress/guide/why.md"))
         assert "svg-image" not in why and "bundlerSvg" not in why
-        thanks = "\n".join(without_code(c.content) for c in _of(chunks, "vitepress/acknowledgements.md"))
+        thanks = "\n".join(prose(c.content) for c in _of(chunks, "vitepress/acknowledgements.md"))
         assert "{{" not in thanks and "dep.name" not in thanks and "v-if" not in thanks
 
     def test_a_components_title_is_words_the_page_shows(self, chunks):
@@ -378,10 +339,10 @@ class TestRealDocumentation:
         privacy = "\n".join(c.content for c in _of(chunks, "mintlify/integrations/privacy/overview.mdx"))
         assert "Osano\n" in privacy and "Transcend\n" in privacy and "Manage cookie consent with" in privacy
         react = _of(chunks, "mintlify/customize/react-components.mdx")
-        assert not any("setCount" in _prose(c.content) for c in react)
+        assert not any("setCount" in prose(c.content) for c in react)
         assert any("Declare components directly in your MDX file" in c.content for c in react)
         code = "\n".join(c.content for c in _of(chunks, "starlight/fr/components/code.mdx"))
-        assert "slot=" not in code and "Bienvenue" not in _prose(code)
+        assert "slot=" not in code and "Bienvenue" not in prose(code)
         types = "\n".join(c.content for c in _of(chunks, "starlight/reference/route-data.mdx"))
         assert "**Type:** `Array<SidebarLink | SidebarGroup>`" in types
         mdbook = "\n".join(c.content for c in _of(chunks, "mdbook/format/mdbook.md"))
@@ -472,214 +433,3 @@ class TestRealDocumentation:
     )
     def test_a_question_on_the_sites_topics_that_they_do_not_answer_is_not_found(self, service, question):
         assert service.lookup(question, session_id=None)["found"] is False
-
-
-@pytest.fixture(scope="module")
-def versioned_site(tmp_path_factory):
-    """HAMi's Docusaurus site with its current pages, their Chinese translations and three releases of one page."""
-    base = tmp_path_factory.mktemp("versioned_site")
-    shutil.copytree(FIXTURES / "hami", base / "knowledge", ignore=shutil.ignore_patterns("LICENSE", "SOURCES.md"))
-    indexer = KnowledgeIndexer(Deployment.resolve(base / "data"))
-    try:
-        summary = indexer.index(base / "knowledge", progress=False)
-    finally:
-        indexer.close()
-    assert summary.failures == [] and summary.indexed == 7
-    loaded = KnowledgeService.load(data_dir=base / "data", trace_db_url=f"sqlite:///{base / 'traces.db'}")
-    yield loaded
-    loaded.close()
-
-
-class TestVersionedSite:
-    @pytest.mark.parametrize(
-        "question",
-        ["What happens to running GPU tasks when I uninstall HAMi?", "卸载 HAMi 之后，正在运行的 GPU 任务怎么处理？"],
-    )
-    def test_a_page_kept_in_several_releases_fills_at_most_one_pages_share_of_the_evidence(
-        self, versioned_site, question
-    ):
-        # docs/ and versioned_docs/version-v1.3.0, -v2.5.0 and -v2.9.0 hold four releases of the uninstall page
-        result = versioned_site.lookup(question, session_id=None)
-        assert result["found"] is True
-        sources = [block["source"] for block in result["evidenceBlocks"]]
-        assert sources and all(source.endswith("installation/uninstall.md") for source in sources)
-        releases = Counter(version_key(source) for source in sources)  # each language's releases of the page
-        assert max(releases.values()) <= 2, sources
-        assert result["relevanceLevel"] != "low"  # the lead is over another page, not over an earlier release
-        texts = [block["content"] for block in result["evidenceBlocks"]]
-        assert len(set(texts)) == len(texts)  # v2.9.0 holds the current page's text: it is given once (D98)
-
-    @pytest.mark.parametrize(
-        ("question", "release"),
-        [
-            # the two oldest releases' pages scored highest here: the current page is what a reader wants
-            ("How do I uninstall HAMi?", "docs/installation/uninstall.md"),
-            # its troubleshooting section is word for word the same in v2.9.0: given once
-            ("GPU resources are still in use after uninstalling HAMi", "docs/installation/uninstall.md"),
-            ("How do I uninstall HAMi 2.5?", "versioned_docs/version-v2.5.0/installation/uninstall.md"),
-            # v1.3.0's page scores more than the gate's max_gap below the current one's: the question lifts it
-            ("How do I uninstall HAMi v1.3.0?", "versioned_docs/version-v1.3.0/installation/uninstall.md"),
-        ],
-    )
-    def test_the_current_release_comes_first_unless_the_question_names_another(self, versioned_site, question, release):
-        result = versioned_site.lookup(question, session_id=None)
-        blocks = result["evidenceBlocks"]
-        assert blocks and blocks[0]["source"] == release, [block["source"] for block in blocks]
-        texts = [block["content"] for block in blocks]
-        assert len(set(texts)) == len(texts)  # a release's text another release already gave is not given twice
-
-    def test_a_text_given_in_a_session_is_not_given_again_from_another_release(self, versioned_site):
-        # v2.9.0's troubleshooting section is word for word the current page's: once the session has it from docs/,
-        # asking for v2.9.0 must not bring the same text under v2.9.0's evidence key
-        session = f"releases-{uuid.uuid4().hex[:8]}"
-        first = versioned_site.lookup("GPU resources are still in use after uninstalling HAMi", session_id=session)
-        given = {block["content"] for block in first["evidenceBlocks"]}
-        assert first["evidenceBlocks"][0]["source"] == "docs/installation/uninstall.md"
-        again = versioned_site.lookup(
-            "GPU resources are still in use after uninstalling HAMi v2.9.0", session_id=session
-        )
-        alone = versioned_site.lookup("GPU resources are still in use after uninstalling HAMi v2.9.0", session_id=None)
-        assert alone["evidenceBlocks"][0]["source"] == "versioned_docs/version-v2.9.0/installation/uninstall.md"
-        assert alone["evidenceBlocks"][0]["content"] in given  # without the session, v2.9.0's copy comes first
-        assert not given & {block["content"] for block in again["evidenceBlocks"]}, again["evidenceBlocks"]
-
-
-#: reStructuredText no chunk may carry outside code: roles, directives, targets, section adornments, link ends
-RST_RESIDUE = [
-    r":[\w:.-]+:`",
-    r"^\s*\.\. [\w:-]+::",
-    r"^\s*\.\. _[^:]+:",
-    r"^[=\-~^\"'`#*+]{4,}\s*$",
-    r"`_{1,2}(?!\w)",
-    r"^\s*:[\w-]+:( |$)",
-]
-
-
-#: the fixture's pages that show another file, and the files they show
-_INCLUDED = {
-    "flask/docs/changes.rst": ["flask/CHANGES.rst"],
-    "flask/docs/license.rst": ["flask/LICENSE.txt"],
-    "testfixtures/docs/index.txt": ["testfixtures/README.rst"],
-    "testfixtures/docs/popen.txt": ["testfixtures/testfixtures/tests/test_popen_docs.py"],
-    "testfixtures/docs/datetime.txt": ["testfixtures/testfixtures/tests/sample1.py"],
-}
-
-
-@pytest.fixture(scope="module")
-def sphinx_site(tmp_path_factory):
-    """
-    The Sphinx documentation of Requests and Flask (English) and of PaddlePaddle (Chinese), as `.rst` files, and of
-    testfixtures, whose pages are `.txt` files.
-    """
-    base = tmp_path_factory.mktemp("sphinx_site")
-    ignored = shutil.ignore_patterns("LICENSE", "SOURCES.md")
-    shutil.copytree(FIXTURES / "requests" / "docs", base / "knowledge" / "requests", ignore=ignored)
-    shutil.copytree(FIXTURES / "paddle" / "docs", base / "knowledge" / "paddle", ignore=ignored)
-    shutil.copytree(FIXTURES / "flask", base / "knowledge" / "flask", ignore=ignored)  # docs/ includes ../CHANGES.rst
-    # `.txt` pages (its conf.py's source_suffix) that show its README and its code
-    shutil.copytree(FIXTURES / "testfixtures", base / "knowledge" / "testfixtures", ignore=ignored)
-    indexer = KnowledgeIndexer(Deployment.resolve(base / "data"))
-    try:
-        summary = indexer.index(base / "knowledge", progress=False)
-        indexer.collection.warm_up()
-        stored = indexer.collection.chunks_of(indexer.collection.active_versions())
-    finally:
-        indexer.close()
-    loaded = KnowledgeService.load(data_dir=base / "data", trace_db_url=f"sqlite:///{base / 'traces.db'}")
-    yield base / "knowledge", summary, stored, loaded
-    loaded.close()
-
-
-class TestSphinxSite:
-    def test_every_rst_page_is_indexed_with_its_title(self, sphinx_site):
-        _, summary, stored, _ = sphinx_site
-        assert (summary.files, summary.indexed, summary.failures, summary.warnings) == (12, 12, [], [])
-        # Flask's changes.rst and license.rst are a title and an include each: the included files are read there
-        assert sorted((s["source"], s["reason"]) for s in summary.not_indexed) == [
-            ("flask/CHANGES.rst", "included by flask/docs/changes.rst: its text is indexed there"),
-            ("flask/LICENSE.txt", "included by flask/docs/license.rst: its text is indexed there"),
-            ("testfixtures/README.rst", "included by testfixtures/docs/index.txt: its text is indexed there"),
-        ]
-        unsupported = {u["source"] for u in summary.unsupported}
-        assert {"testfixtures/docs/conf.py", "testfixtures/testfixtures/tests/sample1.py"} <= unsupported
-        markup = {c.meta["source"]: c.meta["markup"] for c in stored}
-        assert markup["testfixtures/docs/popen.txt"] == markup["testfixtures/docs/index.txt"] == "rst"
-        titles = {c.meta["source"]: c.meta["title"] for c in stored}
-        assert titles["requests/user/quickstart.rst"] == "Quickstart"
-        assert titles["requests/community/faq.rst"] == "Frequently Asked Questions"
-        assert titles["paddle/guides/flags/memory_cn.rst"] == "存储管理"
-
-    def test_no_chunk_carries_rst_markup_outside_code(self, sphinx_site):
-        _, _, stored, _ = sphinx_site
-        for chunk in stored:
-            prose = _prose(chunk.content)
-            for pattern in RST_RESIDUE + RESIDUE:
-                assert not re.search(pattern, prose, re.MULTILINE), (chunk.meta["source"], pattern, prose[:300])
-
-    def test_breadcrumbs_are_the_pages_section_titles(self, sphinx_site):
-        knowledge, _, stored, _ = sphinx_site
-        for chunk in stored:
-            files = [chunk.meta["source"], *_INCLUDED.get(chunk.meta["source"], [])]
-            texts = [(knowledge / name).read_text("utf-8") for name in files]
-            titles = {line.strip().replace("``", "") for text in texts for line in text.split("\n")}  # ``x``: x
-            for part in chunk.meta["breadcrumb"].split(" > "):
-                assert part in titles, (chunk.meta["source"], chunk.meta["breadcrumb"])
-        crumbs = {c.meta["breadcrumb"] for c in stored if c.meta["source"] == "requests/community/faq.rst"}
-        assert "Frequently Asked Questions > Custom User-Agents?" in crumbs
-        ngc = {c.meta["breadcrumb"] for c in stored if c.meta["source"].endswith("instalL_NGC_PaddlePaddle_ch.rst")}
-        assert "NGC 飞桨容器安装指南 > 安装步骤" in ngc  # over- and underlined titles
-        changes = {c.meta["breadcrumb"] for c in stored if c.meta["source"] == "flask/docs/changes.rst"}
-        assert "Changes > Version 3.1.3" in changes  # the changelog's sections under the including page's title
-
-    def test_a_chunks_line_range_holds_its_text_in_the_file(self, sphinx_site):
-        knowledge, _, stored, _ = sphinx_site
-        checked = 0
-        for chunk in stored:
-            lines = (knowledge / chunk.meta["source"]).read_text(encoding="utf-8").splitlines()
-            start, end = chunk.meta["line_start"], chunk.meta["line_end"]
-            assert 1 <= start <= end <= len(lines), (chunk.meta["source"], start, end)
-            # a line kept verbatim (code, plain prose) must lie within the range
-            verbatim = [t.strip() for t in chunk.content.split("\n") if len(t.strip()) >= 20]
-            held = [t for t in verbatim if sum(line.strip() == t for line in lines) == 1]
-            for text in held:
-                at = next(n for n, line in enumerate(lines, start=1) if line.strip() == text)
-                assert start <= at <= end, (chunk.meta["source"], text, start, end)
-            # a line of an included file (and not of the page) lies at an include directive's line
-            shown = {
-                line.strip()
-                for name in _INCLUDED.get(chunk.meta["source"], [])
-                for line in (knowledge / name).read_text(encoding="utf-8").splitlines()
-            } - {line.strip() for line in lines}
-            if any(text in shown for text in verbatim):
-                directives = [n for n, line in enumerate(lines, start=1) if "include::" in line]
-                assert any(start <= at <= end for at in directives), (chunk.meta["source"], start, end)
-                checked += 1
-            else:
-                checked += bool(held)
-        assert checked >= len(stored) * 0.8
-
-    @pytest.mark.parametrize(
-        ("question", "page"),
-        [
-            ("How do I use HTTP Digest authentication?", "requests/user/authentication.rst"),
-            ("How do I upload a multipart-encoded file?", "requests/user/quickstart.rst"),
-            ("How do I stream a response from a Flask view?", "flask/docs/patterns/streaming.rst"),
-            ("Does Flask's redirect return a 303 status code by default?", "flask/docs/changes.rst"),
-            ("Can I redistribute Flask in binary form?", "flask/docs/license.rst"),
-            ("How do I mock subprocess.Popen in my tests?", "testfixtures/docs/popen.txt"),
-            ("How do I test code that uses datetime.now()?", "testfixtures/docs/datetime.txt"),
-            ("What does the hostname doesn't match error mean?", "requests/community/faq.rst"),
-            ("如何设置 FLAGS_allocator_strategy 分配器策略？", "paddle/guides/flags/memory_cn.rst"),
-            ("如何通过 L2 范数裁剪梯度？", "paddle/guides/advanced/gradient_clip_cn.rst"),
-            (
-                "How do I run the NGC PaddlePaddle container with Docker?",
-                "paddle/install/instalL_NGC_PaddlePaddle_ch.rst",
-            ),
-        ],
-    )
-    def test_a_question_finds_its_page_first(self, sphinx_site, question, page):
-        _, _, _, service = sphinx_site
-        result = service.lookup(question, session_id=None)
-        assert result["found"] is True
-        assert result["evidenceBlocks"][0]["source"] == page, [b["source"] for b in result["evidenceBlocks"]]
-        assert result["evidenceBlocks"][0]["location"].startswith("line")
