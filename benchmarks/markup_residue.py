@@ -46,10 +46,16 @@ PATTERNS = {
     "JSX tag": r"</?[A-Z][\w.]*[\s/>]",
     "HTML tag": r"</?(?:div|span|dfn|abbr|details|summary|img|br|p|a)\b",
     "import ... from": r"^import\s.*\sfrom\s",
-    "export statement": r"^export\s+(?:const|default|function|let|var)\b",
+    "export statement": r"^export\s+(?:const|default|(?:async\s+)?function|let|var|class)\b",
     "comment": r"<!--|-->",
     "admonition marker": r"^\s*(?::::*|!!!|\?\?\?)",
     "bare heading marks": r"^#{1,6}\s*$",
+    "kramdown {: } / code span {:lang}": r"\{:[^}\n]*\}",
+    "Docsify callout !> ?>": r"^[!?]> ",
+    "Docsify link option": r"\]\(\S+ ['\"]:",
+    "alert marker [!X]": r"\[![A-Za-z]+\]",
+    "footnote marker [^x]": r"\[\^[^\]\s]+\]",
+    "JSX fragment": r"<>|</>",
 }
 _STEPS = ("markup", "metadata", "cleaner", "chunker")
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from haystack import Document, component
@@ -121,9 +121,15 @@ _INCLUDE = re.compile(
     # a source file shown as code, as FastAPI's docs write it: `{* ../../docs_src/app.py hl[3] *}` on its own line
     r"|^[ \t]*\{\*[ \t]*(?P<code>[^\s*]+)[^\n]*?\*\}[ \t]*$"
     # a Hugo site's code example, as Kubernetes shows one: `{{< codenew file="pods/pod.yaml" >}}`, `code_sample`
-    r"|\{\{[<%]-?\s*(?:codenew|code_sample)\s[^}]*?\bfile\s*=\s*[\"'](?P<sample>[^\"'\s]+)[\"'][^}]*?-?[>%]\}\}",
+    r"|\{\{[<%]-?\s*(?:codenew|code_sample)\s[^}]*?\bfile\s*=\s*[\"'](?P<sample>[^\"'\s]+)[\"'][^}]*?-?[>%]\}\}"
+    # Docsify's embedded file: `[filename](_media/example.md ':include')`, `':include :type=code'` (not a URL's)
+    r"|^[ \t]*!?\[[^\]\n]*\]\((?P<docsify>(?![a-z]+:)[^()\s]+)[ \t]+"
+    r"(?P<quote>[\"']):include(?P<options>[^\"'\n]*)(?P=quote)\)[ \t]*$",
     re.MULTILINE,
 )
+#: what Docsify embeds as markdown; a file of another type is code, except the pages and media it shows otherwise
+_DOCSIFY_MARKDOWN = (".md", ".markdown")
+_DOCSIFY_NOT_TEXT = (".html", ".htm", ".mp3", ".mp4", ".ogg", ".webm", ".wav")
 #: mdBook's directives (`{{#include file.rs:anchor}}`, `{{#rustdoc_include}}`, `{{#playground}}`, `{{#title}}`); a
 #: backslash before one (`\{{#include x}}`) shows it as written
 _MDBOOK = re.compile(r"(?<!\\)\{\{#(?P<name>include|rustdoc_include|playground|title)\b(?P<arg>[^}\n]*)\}\}")
@@ -132,6 +138,9 @@ _MDBOOK_ESCAPED = re.compile(r"\\\{\{#(?=(?:include|rustdoc_include|playground|t
 _MYST_INCLUDE = re.compile(
     r"^[ \t]*(?P<fence>`{3,}|~{3,}|:{3,})\{(?P<name>include|literalinclude)\}[ \t]+(?P<target>\S+)[ \t]*$"
 )
+#: a Liquid `raw` block's tags (Liquid reads them before markdown: in a code span too)
+_RAW_OPEN = re.compile(r"\{%-?\s*raw\s*-?%\}")
+_RAW_CLOSE = re.compile(r"\{%-?\s*endraw\s*-?%\}")
 _MYST_INCLUDE_ANY = re.compile(r"\{(?:include|literalinclude)\}")
 _MYST_OPTION_VALUE = re.compile(r"^[ \t]*:([\w-]+):[ \t]*(.*?)[ \t]*$", re.MULTILINE)
 #: a MyST substitution (`{{ key }}`), its key
@@ -328,8 +337,14 @@ class _Includes:
         partials = dict(_MDX_PARTIAL.findall(body))
         lines = body.split("\n")
         skip_to = -1  # the closing line of a MyST include directive already expanded
+        raw = False  # inside a Liquid `raw` block: an include there is an example, shown as written
         for number, line in enumerate(lines):
             if number <= skip_to:
+                continue
+            if not fence and (raw or ("raw" in line and _RAW_OPEN.search(line))):
+                raw = _raw_after(line, raw)
+                out.append(line)
+                origin.append((number, 1))
                 continue
             if "{{#" in line and _MDBOOK_ANY.search(line):  # mdBook expands its directives in code blocks too
                 pieces = self._expand_mdbook(line, bool(fence), source, depth, seen or (self.source,)).split("\n")
@@ -372,7 +387,7 @@ class _Includes:
                 out.extend(pieces)
                 origin.extend((number, int(len(pieces) == 1)) for _ in pieces)
                 continue
-            elif ("{" in line or "8<" in line) and _INCLUDE.search(line):
+            elif ("{" in line or "8<" in line or ":include" in line) and _INCLUDE.search(line):
                 pieces = self._expand_line(line, source, depth, seen or (self.source,))
                 out.extend(pieces)
                 origin.extend((number, 0) for _ in pieces)
@@ -417,10 +432,32 @@ class _Includes:
             code = match.group("code") or match.group("sample")
             target = match.group("hugo") or match.group("jekyll") or match.group("snippet") or code
             kind = "code" if code else match.group("kind") or ""
-            included = self._read(target, kind, source, depth, seen)
+            if match.group("docsify"):
+                kind = _docsify_kind(match.group("docsify"), match.group("options"))
+                target = match.group("docsify").lstrip("/") if kind == "code" else match.group("docsify")
+            included = None if kind == "shown" else self._read(target, kind, source, depth, seen)
             text += line[position : match.start()] + (match.group(0) if included is None else f"\n{included}\n")
             position = match.end()
         return (text + line[position:]).split("\n")
+
+
+def _raw_after(line: str, raw: bool) -> bool:
+    """Whether a Liquid `raw` block is open after this line (`raw`: whether one was before it)."""
+    opened = None if raw else _RAW_OPEN.search(line)
+    return _RAW_CLOSE.search(line, opened.end() if opened else 0) is None
+
+
+def _docsify_kind(target: str, options: str) -> str:
+    """
+    How Docsify embeds a file: markdown as markdown (beside the page, or from the site's root for `/x.md`), another
+    file as code (`:type=code` makes a markdown file code too); a page or a medium (`shown`) is not text to read.
+    """
+    suffix = PurePosixPath(target).suffix.lower()
+    if ":type=code" in options or (suffix not in _DOCSIFY_MARKDOWN and suffix not in _DOCSIFY_NOT_TEXT):
+        return "code"
+    if suffix in _DOCSIFY_NOT_TEXT:
+        return "shown"
+    return "" if target.startswith("/") else "include_relative"
 
 
 def _substitutions(meta: dict[str, Any]) -> dict[str, str]:

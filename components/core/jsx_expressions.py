@@ -6,7 +6,7 @@ import html
 import re
 
 #: an MDX export statement's start; where it ends, its brackets tell (`export const X = () => {` ... `};`)
-_EXPORT = re.compile(r"^export\s+(?:const|default|function|let|var)\b", re.MULTILINE)
+_EXPORT = re.compile(r"^export\s+(?:const|default|(?:async\s+)?function|let|var|class)\b", re.MULTILINE)
 #: where a statement whose brackets do not close runs to, as MDX reads it: the next blank line
 _TO_BLANK_LINE = re.compile(r"(?:[^\n]|\n(?![ \t]*\n))*")
 #: a markdown heading, which no JavaScript line is: after a blank line, the page goes on

@@ -10,12 +10,18 @@ _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _FENCED = re.compile(r"^\s*(`{3,}|~{3,}).*?(?:^\s*\1|\Z)", re.DOTALL | re.MULTILINE)
 #: Docusaurus' ```mdx-code-block fence: what it holds is MDX the site renders, not code to show
 MDX_CODE_BLOCK = re.compile(r"^\s*(`{3,}|~{3,})\s*mdx-code-block\s*$")
-#: a heading's attribute list (`{#id}`, `{ #id .class }`): how MkDocs and Docusaurus sites name a heading's anchor
-HEADING_ATTRIBUTES = re.compile(r"[ \t]*\{[ \t]*[#.][\w.-]+(?:[ \t]+[^}\n]*)?\}[ \t]*$")
+#: what a heading's line may end with that names its anchor or hides it from the table of contents, never shown: an
+#: attribute list (`{#id}`, `{ #id .class }`: MkDocs, Docusaurus), a custom id (`[#id]`: Nextra), Docsify's `:id=x`
+#: and `{docsify-ignore}`
+HEADING_ATTRIBUTES = re.compile(
+    r"(?:[ \t]*(?:\{[ \t]*[#.][\w.-]+(?:[ \t]+[^}\n]*)?\}|\[#[A-Za-z][\w-]*\]|(?<=[ \t]):id=[\w-]+"
+    r"|\{docsify-ignore(?:-all)?\}))+[ \t]*$"
+)
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 #: inline markup a heading is rendered without, each with what stays of it
 _INLINE_MARKUP = (
     (re.compile(r"!?\[([^\]]*)\]\([^)]*\)"), r"\1"),  # a link or image: its text
+    (re.compile(r"\[\^[^\]\s]+\]"), ""),  # a footnote's marker
     (re.compile(r"\[([^\]]+)\]\[[^\]]*\]"), r"\1"),  # a reference link: its text
     (re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?/?>"), ""),  # an HTML or component tag
     (re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1"), r"\2"),  # strong
@@ -58,6 +64,18 @@ def closes_directive(line: str, fence: str) -> bool:
     return closes_fence(line, fence)
 
 
+#: a quote's markers before a line's text (`> `, `> > `)
+_QUOTE = re.compile(r"^[ \t]*(?:>[ \t]?)+")
+
+
+def unquoted(line: str) -> str:
+    """
+    :param line: A line of markdown.
+    :returns: The line without its quote's markers: a code block inside a quote (`> ```html`) is code as well.
+    """
+    return _QUOTE.sub("", line) if line.lstrip().startswith(">") else line
+
+
 def without_code(text: str) -> str:
     """
     Markdown's prose: the text less its fenced code blocks and code spans (where any markup is an example), as a
@@ -70,9 +88,9 @@ def without_code(text: str) -> str:
     fence = ""
     for line in text.split("\n"):
         if fence:
-            fence = "" if closes_fence(line, fence) else fence
-        elif opening_fence(line):
-            fence = opening_fence(line)
+            fence = "" if closes_fence(unquoted(line), fence) else fence
+        elif opening_fence(unquoted(line)):
+            fence = opening_fence(unquoted(line))
         else:
             prose.append(line)
     return _CODE_SPAN.sub("", "\n".join(prose))

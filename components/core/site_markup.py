@@ -24,6 +24,7 @@ from components.core.markdown_text import (
     closes_directive,
     closes_fence,
     opening_fence,
+    unquoted,
 )
 
 #: shortcodes and Liquid blocks whose content is code: they become fenced blocks, so a `#` in them is no heading
@@ -39,23 +40,40 @@ _CODE_CLOSE = re.compile(
     r"|\{%-?\s*endhighlight\s*-?%\})[ \t]*$",
     re.MULTILINE,
 )
+#: a code shortcode's whole block, its code between its opening and its closing
+_CODE_BLOCK = re.compile(f"(?:{_CODE_OPEN.pattern})(?P<body>.*?)(?:{_CODE_CLOSE.pattern})", re.MULTILINE | re.DOTALL)
 _RAW_TAG = re.compile(r"\{%-?\s*(?:raw|endraw)\s*-?%\}")
+#: a Liquid `raw` block, whose content Jekyll shows as written (`{% include x %}` in it is an example)
+_RAW_BLOCK = re.compile(r"(?P<open>\{%-?\s*raw\s*-?%\})(?P<body>.*?)(?P<close>\{%-?\s*endraw\s*-?%\}|\Z)", re.DOTALL)
+#: what stands for a template's `{` inside a `raw` block while the markup goes (no rule reads it), then `{` again
+_RAW_BRACE = "\x04"
+#: a tab whose content is code in its language (Docsy: `{{< tab header="hugo.toml" lang="toml" >}}`), and a tab's end
+_CODE_TAB = re.compile(
+    r"""^[ \t]*\{\{<-?\s*tab\b[^\n]*?\blang\s*=\s*["']?(?P<lang>[\w+#.-]*)[^\n]*?(?<!/)\s*-?>\}\}[ \t]*$"""
+)
+_TAB_END = re.compile(r"^[ \t]*\{\{[<%]-?\s*/\s*tab\s*-?[>%]\}\}[ \t]*$")
+#: a tab block's fence: tildes, which no backtick fence in the tab's code closes
+_TAB_FENCE = "~~~~"
 _INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1")
 
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _MDX_COMMENT = re.compile(r"\{/\*.*?\*/\}", re.DOTALL)
+_MDX_COMMENT_MARKERS = ("{/*", "*/}")
 _MDX_IMPORT = re.compile(
     # one or several statements on a line (`import Tabs from '@theme/Tabs'; import TabItem from '@theme/TabItem';`)
     r"^(?:import\s(?:[^\n;]|\n(?!\n))*?\sfrom\s+['\"][^'\"\n]+['\"];?[ \t]*|import\s+['\"][^'\"\n]+['\"];?[ \t]*)+$",
     re.MULTILINE,
 )
 
+#: Hugo's `comment` shortcode, whose content the page does not show
+_HUGO_COMMENT = re.compile(r"\{\{[<%]-?\s*comment\s*-?[>%]\}\}.*?(?:\{\{[<%]-?\s*/comment\s*-?[>%]\}\}|\Z)", re.DOTALL)
 _HUGO = re.compile(r"\{\{[<%]-?\s*/?\*?.*?\*?/?\s*-?[>%]\}\}", re.DOTALL)
 _HUGO_NAME = re.compile(r"\{\{[<%]-?\s*([\w-]+)")
 _HUGO_PARAM = re.compile(r"""(\w+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
 _HUGO_ARGUMENT = re.compile(r"""\{\{[<%]-?\s*[\w-]+\s+(?:"([^"]*)"|'([^']*)')""")
-#: the parameters whose value a shortcode shows as words (`{{< glossary_tooltip text="Secret" term_id="secret" >}}`)
-_HUGO_SHOWN = ("text", "title", "label", "caption")
+#: the parameters whose value a shortcode shows as words (`{{< glossary_tooltip text="Secret" term_id="secret" >}}`, a
+#: Docsy tab's or card's `header`)
+_HUGO_SHOWN = ("text", "title", "label", "caption", "header")
 #: Liquid tags, and Liquid output that is Jekyll's: a site variable, a quoted string or a filter (`| relative_url`)
 _LIQUID = re.compile(
     r"\{%-?.*?-?%\}|\{\{-?\s*(?:(?:site|page|include|layout|jekyll|paginator)\b|['\"])[^{}]*?-?\}\}"
@@ -82,7 +100,7 @@ _HTML_TAGS = (
     "source|span|strong|sub|summary|sup|table|tbody|td|tfoot|th|thead|tr|u|ul|video|dl|dt|dd|blockquote|code|pre|"
     "mark|del|ins|s|nav|main|article|aside|header|footer|button|svg|path|script|style|noscript|h[1-6]|link|meta|"
     "caption|col|colgroup|input|form|label|select|option|textarea|dfn|cite|q|var|samp|time|tt|big|strike|wbr|bdi|"
-    "bdo|ruby|rt|rp|data|address|template|audio|use|slot|dialog|canvas|track|embed|object"
+    "bdo|ruby|rt|rp|data|address|template|audio|use|slot|dialog|canvas|track|embed|object|output"
 )
 _TAG = re.compile(
     # a custom element's name has a hyphen (`<svg-image :svg="x" />`): a Vue or web component, never words
@@ -98,6 +116,8 @@ _LABEL = re.compile(r"""\b(?:label|text)\s*=\s*(?:"([^"]*)"|'([^']*)'|\{\s*["'](
 _COMPONENT_WORDS = re.compile(
     r"""\b(?:label|text|title|caption|description)\s*=\s*(?:"([^"]*)"|'([^']*)'|\{\s*["']([^"']*)["']\s*\})"""
 )
+#: a component's list of labels (`<Tabs items={['pnpm', 'npm', 'yarn']}>`: Nextra's tabs)
+_ITEMS = re.compile(r"\bitems\s*=\s*\{\s*\[([^\[\]]*)\]\s*\}")
 #: what a Liquid tag shows as words: GitBook's `{% tab title="HTTP" %}`, `{% code title="index.js" %}`,
 #: `{% update date="2025-12-18" %}`
 _LIQUID_WORDS = re.compile(r"""\b(?:title|date)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
@@ -140,11 +160,35 @@ _MKDOCS = re.compile(
 #: reference-style links: `[text][ref]` and `[text][]` keep their text, `[ref]: url` definitions go
 _REFERENCE_LINK = re.compile(r"\[([^\[\]\n]+)\]\[[^\[\]\n]*\]")
 _LINK_DEFINITION = re.compile(
-    r"^[ ]{0,3}\[[^\[\]\n]+\]:[ \t]+\S+(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*$", re.MULTILINE
+    # inside a quote too, and with its target on the next line when that line is nothing but a URL or a path
+    r"^(?:>[ \t]*)*[ ]{0,3}\[[^\[\]\n]+\]:(?:[ \t]+\S+|[ \t]*\n(?:>[ \t]*)*[ \t]+[^\s]*[/.#:][^\s]*)"
+    r"(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*$",
+    re.MULTILINE,
 )
+#: an alert's marker at the start of a quote, nested, in a list item or not, with a title or its text after it on the
+#: line (Hugo and Docsify read `> [!NOTE] Title`, and kinds of their own: `> [!NB]`)
 _GITHUB_ALERT = re.compile(
-    r"^(?P<quote>>[ \t]*)\[!(?P<kind>note|tip|important|warning|caution)\][ \t]*$", re.MULTILINE | re.IGNORECASE
+    r"^(?P<quote>[ \t]*(?:>[ \t]*)+)\[!(?P<kind>[A-Za-z]+)\][ \t]*(?P<rest>[^\n]*)$", re.MULTILINE
 )
+#: a link definition whose target is a Liquid tag or a Hugo shortcode (`[X]: {% link docs/x.md %}`)
+_TEMPLATED_LINK_DEFINITION = re.compile(
+    r"^(?:>[ \t]*)*[ ]{0,3}\[[^\[\]\n]+\]:[ \t]+(?:\{%[^\n]*?%\}|\{\{[^\n]*?\}\})\S*[ \t]*$", re.MULTILINE
+)
+#: kramdown's table of contents: the list item it replaces (`1. TOC`, `* TOC`) and `{:toc}` under it
+_KRAMDOWN_TOC = re.compile(r"^[ \t]*(?:[*+-]|\d+\.)[ \t]+[^\n]*\n[ \t]*\{:[ \t]*toc[ \t]*\}[ \t]*$", re.MULTILINE)
+#: kramdown's comment extension, whose content the page does not show
+_KRAMDOWN_COMMENT = re.compile(r"\{::comment\}.*?(?:\{:/(?:comment)?\}|\Z)", re.DOTALL)
+#: kramdown's attribute lists (`{: .note }` on a line of its own, `[Link](url){: .btn }`, `{:toc}`) and its other
+#: extensions (`{::options parse_block_html="true" /}`, `{::nomarkdown}`): never shown
+_KRAMDOWN_ATTRIBUTES = re.compile(r"\{:[^{}\n]*\}")
+#: footnotes (`text[^1]`, `[^1]: The note.`): the marker goes, the note's text stays
+_FOOTNOTE = re.compile(r"^[ ]{0,3}\[\^[^\]\s]+\]:[ \t]*|\[\^[^\]\s]+\]", re.MULTILINE)
+#: JSX fragments (`<>![Logo](/logo.png)</>`): no words
+_FRAGMENT = re.compile(r"<>(?=\S)|</>")
+#: Docsify's callouts (`!> Important`, `?> Tip`): the marker goes, the text stays
+_DOCSIFY_CALLOUT = re.compile(r"^[!?]>[ \t]+", re.MULTILINE)
+#: Docsify's link options (`[file](a.md ':include')`, `![x](a.png ':size=50x100')`): a title that starts with `:`
+_DOCSIFY_LINK_OPTIONS = re.compile(r"(\]\([^()\s]+)[ \t]+(['\"]):[^'\"\n]*\2[ \t]*\)")
 
 
 #: a MyST directive's opening fence: ```{note} Title, ::::{tab-item} Linux, ~~~{code-block} python
@@ -192,8 +236,9 @@ _MYST_PAGE = re.compile(r"^[ \t]*(?:`{3,}|:{3,})\{[\w:.-]+\}|^\([\w./:-]+\)=[ \t
 _MYST_SILENT = re.compile(r"^(?:\([\w./:-]+\)=|%.*|\+\+\+.*|:orphan:|\{[#.][\w.-]+(?:[ \t][^}]*)?\})[ \t]*$")
 #: MyST's links whose text Sphinx fills in (`[](other.md)`, `<project:#section>`, `<inv:python#os>`): their target
 _MYST_LINK = re.compile(r"\[\]\((?:project:|path:|inv:)?#?(?P<a>[^)\s]+)\)|<(?:project|path|inv):#?(?P<b>[^<>\s]+)>")
-#: a role: {ref}`Text <target>`, {term}`word`, {octicon}`book`
-_MYST_ROLE = re.compile(r"\{(?P<name>[\w:.-]+)\}(?P<ticks>`+)(?P<body>.+?)(?P=ticks)")
+#: a role: {ref}`Text <target>`, {term}`word`, {octicon}`book`; its name starts with a letter, and no backtick stands
+#: before it (`` `{:toc}` `` and `` `{docsify-ignore}` `` are code spans, whose closing backtick opens no role)
+_MYST_ROLE = re.compile(r"(?<!`)\{(?P<name>[A-Za-z][\w:.-]*)\}(?P<ticks>`+)(?P<body>.+?)(?P=ticks)")
 #: roles that draw an icon, no words
 _ICON_ROLES = frozenset(("octicon", "fa", "fas", "far", "fab", "icon", "material-regular", "material-outlined"))
 
@@ -214,10 +259,14 @@ def _tag_rewrite(closed: set[str]) -> Callable[[re.Match[str]], str]:
         bare = not (match.group("close") or match.group("attrs") or match.group("self"))
         if bare and (name[0].isupper() or "-" in name) and name not in closed:
             return match.group(0)
+        if name.lower() == "br":
+            return " " + _blank(match)  # a line break: the words around it stay apart
         component = name[0].isupper() or "-" in name
         shown = (_COMPONENT_WORDS if component else _LABEL).finditer(match.group(0))
-        kept = " — ".join(word for found in shown if (word := next((g for g in found.groups() if g), "")))
-        return kept + _blank(match)
+        words = [word for found in shown if (word := next((g for g in found.groups() if g), ""))]
+        if component and (items := _ITEMS.search(match.group(0))):
+            words += [a or b for a, b in re.findall(r"\"([^\"\n]*)\"|'([^'\n]*)'", items.group(1))]
+        return " — ".join(words) + _blank(match)
 
     return rewrite
 
@@ -270,11 +319,14 @@ def _block_title(match: re.Match[str]) -> str:
     return "" if (kind or "").lower() == "html" else _aside_title(kind, match.group("title"))
 
 
-def _in_comment_after(line: str, comment: bool) -> bool:
-    """Whether an HTML comment is still open after this line (inline code shows `<!--` as text, never opens one)."""
+def _in_comment_after(line: str, comment: bool, markers: tuple[str, str] = ("<!--", "-->")) -> bool:
+    """
+    Whether a comment is still open after this line (inline code shows `<!--` as text, never opens one); `markers`:
+    its opening and closing (`{/*` and `*/}` for an MDX comment).
+    """
     rest = _INLINE_CODE.sub("", line)
     while True:
-        marker = "-->" if comment else "<!--"
+        marker = markers[1] if comment else markers[0]
         found = rest.find(marker)
         if found < 0:
             return comment
@@ -404,9 +456,45 @@ def _dedent_components(lines: list[str], closed: set[str]) -> list[str]:
     return out
 
 
+def _fenced_code_shortcode(match: re.Match[str]) -> str:
+    """
+    A code shortcode's block as a code block whose fence no fence in its code closes (`{% highlight markdown %}`
+    around a ```` ```js ```` example).
+    """
+    body = match.group("body")
+    longest = max((len(m.group(1)) for m in re.finditer(r"^[ \t]*(`{3,})", body, re.MULTILINE)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{body}{fence}"
+
+
+def _literal_raw_blocks(text: str) -> str:
+    """A `raw` block's templates out of every rule's reach (`{%` and `{{` written with `_RAW_BRACE`)."""
+
+    def literal(match: re.Match[str]) -> str:
+        body = re.sub(r"\{(?=[{%])", _RAW_BRACE, match.group("body"))
+        return match.group("open") + body + match.group("close")
+
+    return _RAW_BLOCK.sub(literal, text)
+
+
 def _fence_code_shortcodes(text: str) -> str:
-    text = _CODE_OPEN.sub("```", text)
-    return _RAW_TAG.sub("", _CODE_CLOSE.sub("```", text))
+    if "raw" in text:
+        text = _literal_raw_blocks(text)
+    text = _CODE_OPEN.sub("```", _CODE_BLOCK.sub(_fenced_code_shortcode, text))
+    text = _RAW_TAG.sub("", _CODE_CLOSE.sub("```", text))
+    return _fence_code_tabs(text) if "tab" in text else text
+
+
+def _fence_code_tabs(text: str) -> str:
+    """A tab of code (`lang=`) as a code block in its language: a `#` comment in its TOML is no heading."""
+    lines = text.split("\n")
+    inside = False
+    for number, line in enumerate(lines):
+        if inside and _TAB_END.match(line):
+            lines[number], inside = _TAB_FENCE, False
+        elif not inside and (opened := _CODE_TAB.match(line)):
+            lines[number], inside = _TAB_FENCE + opened.group("lang").lower(), True
+    return "\n".join(lines)
 
 
 def _dedent_mkdocs(lines: list[str]) -> list[str]:
@@ -440,8 +528,13 @@ def _protect_inline_code(text: str) -> tuple[str, list[str]]:
     return _INLINE_CODE.sub(keep, text), spans
 
 
+#: the language a code span names for its highlighting after its code (`` `display: 'hidden'{:ts}` ``: Nextra's and
+#: other rehype-pretty-code sites' syntax), which the page does not show
+_SPAN_LANGUAGE = re.compile(r"(?<=[^`])\{:[\w.+#-]+\}(?=`+$)")
+
+
 def _restore_inline_code(text: str, spans: list[str]) -> str:
-    return re.sub(r"\x00(\d+)\x00", lambda m: spans[int(m.group(1))], text)
+    return re.sub(r"\x00(\d+)\x00", lambda m: _SPAN_LANGUAGE.sub("", spans[int(m.group(1))]), text)
 
 
 _Rewrites = list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]
@@ -454,14 +547,23 @@ _PROSE_FIRST: _Rewrites = [
     (_MDX_IMPORT, _blank),
 ]
 _PROSE: _Rewrites = [
+    (_TEMPLATED_LINK_DEFINITION, _blank),
+    (_KRAMDOWN_TOC, _blank),
+    (_KRAMDOWN_COMMENT, _blank),
+    (_HUGO_COMMENT, _blank),
     (_HUGO, _hugo_words),
     (_LIQUID, _liquid_words),
+    (_KRAMDOWN_ATTRIBUTES, _blank),
+    (_DOCSIFY_CALLOUT, _blank),
+    (_FOOTNOTE, _blank),
+    (_FRAGMENT, _blank),
+    (_DOCSIFY_LINK_OPTIONS, lambda m: m.group(1) + ")"),
     (_SNIPPET, _blank),
     (_CODE_INCLUDE, _blank),
     (_MDBOOK, _blank),
     (_DOCUSAURUS, _title),
     (_PYMDOWNX_BLOCK, _block_title),
-    (_GITHUB_ALERT, lambda m: m.group("quote") + m.group("kind").capitalize()),
+    (_GITHUB_ALERT, lambda m: m.group("quote") + (m.group("rest") or m.group("kind").capitalize())),
     (_EMPTY_LINK, lambda m: m.group(1)),
     (_HEADING_ID, lambda m: m.group(1)),
     (_LINK_DEFINITION, _blank),
@@ -523,12 +625,12 @@ def clean_markup_lines(text: str) -> tuple[str, list[int] | None]:
     return take_table_lines(_clean(_without_marks(text)))
 
 
-_MARKS = re.compile(f"[{PADDING}{TABLE_TAG}{INSERTED}]")
+_MARKS = re.compile(f"[{PADDING}{TABLE_TAG}{INSERTED}{_RAW_BRACE}]")
 
 
 def _without_marks(text: str) -> str:
     """The text without the control characters the table rewrite marks lines with (the knowledge cleaner drops them)."""
-    return _MARKS.sub("", text) if any(mark in text for mark in (PADDING, TABLE_TAG, INSERTED)) else text
+    return _MARKS.sub("", text) if any(mark in text for mark in (PADDING, TABLE_TAG, INSERTED, _RAW_BRACE)) else text
 
 
 def _lines_in_tables(lines: list[str]) -> set[int]:
@@ -557,6 +659,7 @@ def _clean(text: str) -> str:
     mdx = ""  # the fence of an open mdx-code-block, whose lines are prose
     vue = _VUE_PAGE.search(text) is not None
     comment = False  # inside an HTML comment, which may hide a whole code block (a translation's original)
+    mdx_comment = False  # inside an MDX comment, which may hide code blocks and headings too
     closings = closing_lines(lines) if "<pre" in text.lower() else None
     in_table = _lines_in_tables(lines) if closings and "<table" in text.lower() else set()
     skip_to = 0  # the line after an HTML code block already written
@@ -565,8 +668,12 @@ def _clean(text: str) -> str:
             continue
         if fence:
             out.append(line)
-            if closes_fence(line, fence):
+            if closes_fence(unquoted(line), fence):
                 fence = ""
+            continue
+        if mdx_comment or "{/*" in line:
+            mdx_comment = _in_comment_after(line, mdx_comment, _MDX_COMMENT_MARKERS)
+            prose.append(line)
             continue
         if comment or "<!--" in line:
             comment = _in_comment_after(line, comment)
@@ -577,7 +684,7 @@ def _clean(text: str) -> str:
             prose.append("")
             mdx = "" if mdx else rendered.group(1) if rendered else ""
             continue
-        opened = opening_fence(line)
+        opened = opening_fence(unquoted(line))
         pre = closings is not None and number not in in_table and PRE_OPEN.match(line)
         block = fenced_pre_block(lines, number, closings) if pre and closings is not None else None
         if opened or block:
@@ -593,4 +700,4 @@ def _clean(text: str) -> str:
             prose.append(line)
     if prose:
         out.extend(_clean_prose("\n".join(prose), closed, vue).split("\n"))
-    return "\n".join(out)
+    return "\n".join(out).replace(_RAW_BRACE, "{")

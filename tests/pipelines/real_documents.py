@@ -36,6 +36,10 @@ RESIDUE = [
     r"</?(?:pre|strong|svg|path)\b",
     r"^export (?:const|default|function)\b",
     r"\b(?:viewBox|className|useState)\b",
+    r"\{:[^}\n]*\}",  # kramdown's attribute lists, a code span's language
+    r"^[!?]> ",  # Docsify's callouts
+    r"\[![A-Za-z]+\]",  # an alert's marker
+    r"\]\(\S+ ['\"]:",  # Docsify's link options
 ]
 
 

@@ -8,6 +8,7 @@ from haystack.dataclasses import ByteStream
 
 from components.converters import markdown_knowledge_converter
 from components.converters.markdown_knowledge_converter import MarkdownKnowledgeConverter, parse_knowledge_file
+from components.preprocessors.markup_cleaner import MarkupCleaner
 
 
 def _file_line_of(doc, line: str, file_text: str) -> str:
@@ -250,6 +251,50 @@ class TestMarkdownKnowledgeConverter:
         assert [w["reason"] for w in out["warnings"]] == [
             "include not resolved: ../../docs_src/gone.py (not found under the knowledge root)"
         ]
+
+    def test_docsify_embeds_markdown_as_markdown_and_other_files_as_code_never_a_url_or_a_medium(self, tmp_path: Path):
+        (tmp_path / "docs" / "_media").mkdir(parents=True)
+        (tmp_path / "docs" / "_media" / "example.md").write_text("---\ntitle: x\n---\n> This is from example.md\n")
+        (tmp_path / "docs" / "_media" / "example.js").write_text("const PORT = 8080;\n")
+        page = tmp_path / "docs" / "embed-files.md"
+        page.write_text(
+            "# Embed files\n\n[filename](_media/example.md ':include')\n\n"
+            "```markdown\n[filename](_media/example.md ':include')\n```\n\n"
+            "[filename](_media/example.md \":include :type=code\")\n\n[js](_media/example.js ':include')\n\n"
+            "[video](_media/example.mp4 ':include :type=video')\n\n"
+            "[gist](https://gist.githubusercontent.com/u/1/raw/content.md ':include')\n\n"
+            "[gone](_media/gone.md ':include')\n"
+        )
+        out = MarkdownKnowledgeConverter().run(sources=[page], meta={"source": "docs/embed-files.md"})
+        [doc] = out["documents"]
+        assert "\n> This is from example.md\n" in doc.content  # its body, without its front matter
+        assert "```\n---\ntitle: x\n---\n> This is from example.md\n```" in doc.content  # `:type=code`: as written
+        assert "```javascript\nconst PORT = 8080;\n```" in doc.content
+        assert "```markdown\n[filename](_media/example.md ':include')\n```" in doc.content  # code shows it
+        assert "(_media/example.mp4 ':include :type=video')" in doc.content  # a medium or a URL is not read
+        assert "raw/content.md ':include')" in doc.content
+        assert doc.meta["included_files"] == ["docs/_media/example.js", "docs/_media/example.md"]
+        assert [w["reason"] for w in out["warnings"]] == [
+            "include not resolved: _media/gone.md (not found under the knowledge root)"
+        ]
+
+    def test_an_include_in_a_liquid_raw_block_is_an_example_shown_as_written(self, tmp_path: Path):
+        # Just the Docs' customization page shows the include a scheme file needs inside `{% raw %}`
+        (tmp_path / "_includes").mkdir()
+        (tmp_path / "_includes" / "note.md").write_text("Included text.\n")
+        page = tmp_path / "customization.md"
+        page.write_text(
+            "# Schemes\n\n{% raw %}\n    {% include note.md %}\n{% endraw %}\n\n{% include note.md %}\n"
+            "Inline {% raw %}{% include note.md %}{% endraw %} too.\n"
+        )
+        out = MarkdownKnowledgeConverter().run(sources=[page], meta={"source": "customization.md"})
+        [doc] = out["documents"]
+        assert "{% raw %}\n    {% include note.md %}\n{% endraw %}" in doc.content
+        assert "\nIncluded text.\n" in doc.content  # the include outside the block is read
+        assert "Inline {% raw %}{% include note.md %}{% endraw %} too." in doc.content
+        assert out["warnings"] == []
+        shown = MarkupCleaner().run(documents=[doc])["documents"][0].content
+        assert "\n    {% include note.md %}\n" in shown and "Inline {% include note.md %} too." in shown
 
     def test_a_hugo_code_example_is_shown_from_the_sites_examples_folder(self, tmp_path: Path):
         # Kubernetes' layout: content/<lang>/examples holds what `codenew` and `code_sample` show

@@ -16,6 +16,11 @@ class TestPlainHeading:
             ("Migration from v7 [](#migration-from-v7)", "Migration from v7"),
             ("Controlling page \\<title\\>", "Controlling page <title>"),  # mdBook's guide
             ("Install {#install}", "Install"),
+            ("Typesetting [#typesetting-section]", "Typesetting"),  # Nextra's custom id
+            ("themeColor ⚠️ :id=themecolor", "themeColor ⚠️"),  # Docsify's id and hidden headings
+            ("Heading 1 {docsify-ignore}", "Heading 1"),
+            ("Fixed a crash [#1234]", "Fixed a crash [#1234]"),  # an issue's number, no id
+            ("Install the docs theme [^2]", "Install the docs theme"),  # a footnote's marker
             ("*2019: Contribute*", "2019: Contribute"),
             ("Uses [the API][api]", "Uses the API"),
         ],
@@ -47,3 +52,7 @@ class TestWithoutCode:
         text = "wrap it with ```` ``` ```` to show it\n\n````hbs\n```\n{{#include x}}\n```\n````\nafter `{{x}}` it"
         assert without_code(text) == "wrap it with  to show it\n\nafter  it"
         assert without_code("") == ""
+
+    def test_a_code_block_inside_a_quote_is_code(self):
+        text = "> Shown <b>\n> ```html\n> <p>Hello</p>\n> ```\n> > ```\n> > {{ x }}\n> > ```\nAfter."
+        assert without_code(text) == "> Shown <b>\nAfter."

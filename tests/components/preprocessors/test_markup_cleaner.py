@@ -88,7 +88,7 @@ class TestMarkupCleaner:
             ("## Linking to pages {#link}", "## Linking to pages"),
             ("## Context <small>optional</small> { #context }", "## Context optional"),
             ("> [!NOTE]\n> Hello", "> Note\n> Hello"),
-            ("{/* a comment */}Text<br/>", "Text"),
+            ("{/* a comment */}Text<br/>", "Text "),
             ('Before.\n--8<-- "missing.md"\nAfter.', "Before.\n\nAfter."),
             ("<details><summary>More</summary>Body</details>", "MoreBody"),
             ("/// tip | Authorize button!\nClick it.\n///", "Authorize button!\nClick it.\n"),
@@ -101,6 +101,99 @@ class TestMarkupCleaner:
     )
     def test_shortcodes_liquid_links_and_tags_leave_their_text(self, text, expected):
         assert clean_markup(text) == expected
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            # kramdown (Jekyll): attribute lists on a line of their own or after a span, the table of contents
+            ("# Title\n{: .no_toc }\nLead.\n{: .fs-6 .fw-300 }", "# Title\n\nLead.\n"),
+            ("[Get started](#start){: .btn .btn-primary }", "[Get started](#start)"),
+            (
+                "<span>New (v0.4.0)</span>{: .label .label-green } and **Contents**{:.text-delta}",
+                "New (v0.4.0) and **Contents**",
+            ),
+            ("## Contents\n\n1. TOC\n{:toc}\n\nText.", "## Contents\n\n\n\n\nText."),
+            ('{::comment}\nhidden\n{:/comment}\nShown.{::options parse_block_html="true" /}', "\n\n\nShown."),
+            # a code span that names kramdown's or Docsify's markup stays whole (no role opens at its closing tick)
+            ("The `{:toc}` line must follow the `1. TOC` line.", "The `{:toc}` line must follow the `1. TOC` line."),
+            (
+                "And the `{docsify-ignore}` and `{docsify-ignore-all}` can do.",
+                "And the `{docsify-ignore}` and `{docsify-ignore-all}` can do.",
+            ),
+            # a code span's highlighting language after its code (Nextra)
+            (
+                "Set `search: false{:js}` in your `next.config.mjs` file; `{:ts}` alone.",
+                "Set `search: false` in your `next.config.mjs` file; `{:ts}` alone.",
+            ),
+            # alerts with their text or title on the marker's line, nested, of a site's own kind
+            (
+                "> [!IMPORTANT] Save files in the root.\n> > [!NOTE]\n> > nested\n> [!NB] **Skip**\n"
+                "1. A\n   > [!TIP] Tip",
+                "> Save files in the root.\n> > Note\n> > nested\n> **Skip**\n1. A\n   > Tip",
+            ),
+            # Docsify: legacy callouts, link options, heading suffixes
+            ("!> Legacy **Important**\n?> Legacy **Tip**\nA ?> B", "Legacy **Important**\nLegacy **Tip**\nA ?> B"),
+            (
+                "[link](/demo ':target=_blank') ![logo](_media/icon.svg ':size=50x100')",
+                "[link](/demo) ![logo](_media/icon.svg)",
+            ),
+            (
+                "## themeColor :id=theme-color\n# Heading 1 {docsify-ignore}\n## Header <!-- {docsify-ignore} -->",
+                "## themeColor\n# Heading 1\n## Header ",
+            ),
+            ("## Typesetting [#typesetting-section]\n## Fix [#1234]", "## Typesetting\n## Fix [#1234]"),
+            # link definitions whose target is a template, or on the next line, or inside a quote
+            ('[X]: {% link docs/x.md %}\n[Y]: {{< ref "y.md" >}}\nText.', "\n\nText."),
+            ("See [A][].\n\n[A]:\n  https://example.org/a\n> [B]: /blog/b/#alerts", "See A.\n\n\n\n"),
+            # Hugo's comment shortcode shows nothing; `<output>` is layout
+            ("{{< comment >}}\nA note to editors.\n{{< /comment >}}\nShown.", "\n\n\nShown."),
+            ('<output data-lang="output">\n42\n</output>', "\n42\n"),
+            # a code block inside a quote is code (Docsify's UI kit)
+            (
+                "> Text <b>x</b>\n> ```html\n> <p>Hello</p>\n> ```\n> <b>y</b>",
+                "> Text x\n> ```html\n> <p>Hello</p>\n> ```\n> y",
+            ),
+            # footnotes keep their text, JSX fragments and line breaks keep words apart, tabs show their labels
+            ("Text[^1] more.\n\n[^1]: The note.", "Text more.\n\nThe note."),
+            ("<>![Logo](/logo.png)</> and a <> b", "![Logo](/logo.png) and a <> b"),
+            ("top-level folders):**<br />**Nextra", "top-level folders):** **Nextra"),
+            ("<Tabs items={['pnpm', \"npm\"]}>\n<Tabs.Tab>x</Tabs.Tab>\n</Tabs>", "pnpm — npm\nx\n"),
+        ],
+    )
+    def test_the_markup_of_jekyll_docsify_docsy_and_nextra_sites_leaves_their_text(self, text, expected):
+        out = clean_markup(text)
+        assert out == expected
+        assert out.count("\n") == text.count("\n")
+
+    def test_a_tab_of_code_is_a_code_block_so_its_comments_are_no_headings(self):
+        text = (
+            '{{< tabpane >}}\n{{< tab header="Configuration file:" disabled=true />}}\n'
+            '{{< tab header="hugo.toml" lang="toml" >}}\n[languages.en]\n# Weight used for sorting.\nweight = 1\n'
+            '{{< /tab >}}\n{{< tab header="hugo.yaml" lang="yaml" >}}\nweight: 1\n{{< /tab >}}\n{{< /tabpane >}}\n'
+            '{{% tab header="Prose" %}}\n# A heading\n{{% /tab %}}'
+        )
+        assert clean_markup(text) == (
+            # the pane's first tab is a label: its header shows
+            "\nConfiguration file:\n~~~~toml\n[languages.en]\n# Weight used for sorting.\nweight = 1\n~~~~\n~~~~yaml\n"
+            "weight: 1\n~~~~\n\n"
+            "Prose\n# A heading\n"
+        )
+
+    def test_a_highlight_block_around_a_fence_shows_the_fence_as_code(self):
+        # Just the Docs shows how to write a fence inside `{% highlight markdown %}`: the prose after it is prose
+        text = "{% highlight markdown %}\n```js\nvar x;\n```\n{% endhighlight %}\n\n## Next\nSee [it]({% link a.md %})."
+        assert clean_markup(text) == "````\n```js\nvar x;\n```\n````\n\n## Next\nSee it."
+
+    def test_an_mdx_comment_hides_the_headings_and_code_blocks_it_wraps(self):
+        # Nextra's blog theme page comments out a section, its heading and code block too
+        text = "Intro\n{/*\n## Hidden heading\n```js\ncode\n```\n*/}\n## Shown\n`{/*` in code"
+        assert clean_markup(text) == "Intro\n\n\n\n\n\n\n## Shown\n`{/*` in code"
+
+    def test_an_async_export_goes_whole(self):
+        text = (
+            "Intro.\n\nexport async function Demo() {\n  const x = await load()\n  return <X data={x} />\n}\n\nAfter."
+        )
+        assert clean_markup(text) == "Intro.\n\n\n\n\n\n\nAfter."
 
     def test_an_mdx_code_block_is_rendered_mdx_so_its_markup_goes_and_its_code_stays(self):
         text = (
