@@ -130,6 +130,8 @@ _INCLUDE = re.compile(
 #: what Docsify embeds as markdown; a file of another type is code, except the pages and media it shows otherwise
 _DOCSIFY_MARKDOWN = (".md", ".markdown")
 _DOCSIFY_NOT_TEXT = (".html", ".htm", ".mp3", ".mp4", ".ogg", ".webm", ".wav")
+#: the part of a code file Docsify embeds (`:fragment=demo`: the lines between its `/// [demo]` marks)
+_DOCSIFY_FRAGMENT = re.compile(r":fragment=([\w-]+)")
 #: mdBook's directives (`{{#include file.rs:anchor}}`, `{{#rustdoc_include}}`, `{{#playground}}`, `{{#title}}`); a
 #: backslash before one (`\{{#include x}}`) shows it as written
 _MDBOOK = re.compile(r"(?<!\\)\{\{#(?P<name>include|rustdoc_include|playground|title)\b(?P<arg>[^}\n]*)\}\}")
@@ -289,6 +291,26 @@ class _Includes:
             return _code_block(text, CODE_LANGUAGES.get(path.suffix, ""))
         return self._markdown(text, target, name, depth, seen)
 
+    def _read_docsify(self, target: str, options: str, source: str, depth: int, seen: tuple[str, ...]) -> str | None:
+        """
+        What Docsify's `[x](target ':include options')` embeds: a markdown file's body, or a file as code, only the
+        part between its `/// [name]` lines with `:fragment=name`; None for a page or a medium (shown, not text).
+        """
+        kind = _docsify_kind(target, options)
+        fragment = _DOCSIFY_FRAGMENT.search(options)
+        if kind == "shown":
+            return None
+        if kind != "code" or fragment is None:
+            return self._read(target.lstrip("/") if kind == "code" else target, kind, source, depth, seen)
+        loaded = self._load(target.lstrip("/"), kind, source, depth, seen)
+        if loaded is None:
+            return None
+        path, name, text = loaded
+        part = _docsify_fragment(text, fragment.group(1))
+        if part is None:  # no such fragment: the whole file rather than nothing
+            self.whole.append(name)
+        return _code_block(text if part is None else part, CODE_LANGUAGES.get(path.suffix, ""))
+
     def _markdown(self, text: str, target: str, name: str, depth: int, seen: tuple[str, ...]) -> str | None:
         """An included markdown file's body, its own includes expanded."""
         try:
@@ -433,9 +455,9 @@ class _Includes:
             target = match.group("hugo") or match.group("jekyll") or match.group("snippet") or code
             kind = "code" if code else match.group("kind") or ""
             if match.group("docsify"):
-                kind = _docsify_kind(match.group("docsify"), match.group("options"))
-                target = match.group("docsify").lstrip("/") if kind == "code" else match.group("docsify")
-            included = None if kind == "shown" else self._read(target, kind, source, depth, seen)
+                included = self._read_docsify(match.group("docsify"), match.group("options"), source, depth, seen)
+            else:
+                included = self._read(target, kind, source, depth, seen)
             text += line[position : match.start()] + (match.group(0) if included is None else f"\n{included}\n")
             position = match.end()
         return (text + line[position:]).split("\n")
@@ -445,6 +467,12 @@ def _raw_after(line: str, raw: bool) -> bool:
     """Whether a Liquid `raw` block is open after this line (`raw`: whether one was before it)."""
     opened = None if raw else _RAW_OPEN.search(line)
     return _RAW_CLOSE.search(line, opened.end() if opened else 0) is None
+
+
+def _docsify_fragment(text: str, name: str) -> str | None:
+    """The lines between a file's first two `/// [name]` (or `### [name]`) marks, the marks left out; None without."""
+    parts = re.split(r"(?:///|###)[ \t]*\[" + re.escape(name) + r"\]", text)
+    return parts[1] if len(parts) >= 3 else None
 
 
 def _docsify_kind(target: str, options: str) -> str:

@@ -203,6 +203,7 @@ class TestRealDocumentation:
         embed = "\n".join(c.content for c in _of(chunks, "docsify/embed-files.md"))
         assert "displayed directly here:\n\n> This is from the `example.md`" in embed  # `':include'` embeds it
         assert "```javascript\nimport fetch from 'fetch';" in embed  # `':include :type=code'`
+        assert "```javascript\nconst result = fetch(" in embed  # `:fragment=demo`: between the file's marks
         helpers = "\n".join(c.content for c in _of(chunks, "docsify/helpers.md"))
         assert "\nLegacy **Important** callouts are deprecated." in helpers
         crumbs = {c.meta["breadcrumb"] for c in _of(chunks, "docsify/adding-pages.md")}

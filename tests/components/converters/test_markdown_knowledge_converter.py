@@ -256,12 +256,15 @@ class TestMarkdownKnowledgeConverter:
         (tmp_path / "docs" / "_media").mkdir(parents=True)
         (tmp_path / "docs" / "_media" / "example.md").write_text("---\ntitle: x\n---\n> This is from example.md\n")
         (tmp_path / "docs" / "_media" / "example.js").write_text("const PORT = 8080;\n")
+        demo = "import x;\n/// [demo]\nconst shown = 1;\n/// [demo]\nend();\n"
+        (tmp_path / "docs" / "_media" / "demo.js").write_text(demo)
         page = tmp_path / "docs" / "embed-files.md"
         page.write_text(
             "# Embed files\n\n[filename](_media/example.md ':include')\n\n"
             "```markdown\n[filename](_media/example.md ':include')\n```\n\n"
             "[filename](_media/example.md \":include :type=code\")\n\n[js](_media/example.js ':include')\n\n"
             "[video](_media/example.mp4 ':include :type=video')\n\n"
+            "[demo](_media/demo.js ':include :type=code :fragment=demo')\n\n"
             "[gist](https://gist.githubusercontent.com/u/1/raw/content.md ':include')\n\n"
             "[gone](_media/gone.md ':include')\n"
         )
@@ -270,10 +273,11 @@ class TestMarkdownKnowledgeConverter:
         assert "\n> This is from example.md\n" in doc.content  # its body, without its front matter
         assert "```\n---\ntitle: x\n---\n> This is from example.md\n```" in doc.content  # `:type=code`: as written
         assert "```javascript\nconst PORT = 8080;\n```" in doc.content
+        assert "```javascript\nconst shown = 1;\n```" in doc.content  # `:fragment=demo`: between its marks
         assert "```markdown\n[filename](_media/example.md ':include')\n```" in doc.content  # code shows it
         assert "(_media/example.mp4 ':include :type=video')" in doc.content  # a medium or a URL is not read
         assert "raw/content.md ':include')" in doc.content
-        assert doc.meta["included_files"] == ["docs/_media/example.js", "docs/_media/example.md"]
+        assert doc.meta["included_files"] == ["docs/_media/demo.js", "docs/_media/example.js", "docs/_media/example.md"]
         assert [w["reason"] for w in out["warnings"]] == [
             "include not resolved: _media/gone.md (not found under the knowledge root)"
         ]
