@@ -47,11 +47,13 @@ _RAW_TAG = re.compile(r"\{%-?\s*(?:raw|endraw)\s*-?%\}")
 _RAW_BLOCK = re.compile(r"(?P<open>\{%-?\s*raw\s*-?%\})(?P<body>.*?)(?P<close>\{%-?\s*endraw\s*-?%\}|\Z)", re.DOTALL)
 #: what stands for a template's `{` inside a `raw` block while the markup goes (no rule reads it), then `{` again
 _RAW_BRACE = "\x04"
-#: a tab whose content is code in its language (Docsy: `{{< tab header="hugo.toml" lang="toml" >}}`), and a tab's end
-_CODE_TAB = re.compile(
-    r"""^[ \t]*\{\{<-?\s*tab\b[^\n]*?\blang\s*=\s*["']?(?P<lang>[\w+#.-]*)[^\n]*?(?<!/)\s*-?>\}\}[ \t]*$"""
-)
+#: Docsy's tabbed panes: a pane's and a tab's opening (their parameters), a tab's end; a tab of a pane is code,
+#: highlighted in the tab's `lang`, the pane's, or its header with `langEqualsHeader=true`, unless `text=true`
+#: (a pane elsewhere, as Kubernetes' `{{< tabs >}}` with `{{< tab codelang="bash" >}}`, keeps its rule)
+_TAB_PANE = re.compile(r"^[ \t]*\{\{[<%]-?\s*(?P<close>/)?\s*tabpane\b(?P<params>[^\n]*?)-?[>%]\}\}[ \t]*$")
+_TAB = re.compile(r"^[ \t]*\{\{[<%]-?\s*tab\b(?P<params>[^\n]*?)(?P<self>/)?\s*-?[>%]\}\}[ \t]*$")
 _TAB_END = re.compile(r"^[ \t]*\{\{[<%]-?\s*/\s*tab\s*-?[>%]\}\}[ \t]*$")
+_SHORTCODE_PARAM = re.compile(r"""(\w+)\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"']+))|"([^"]*)"|'([^']*)'|([^\s"'=]+)""")
 #: a tab block's fence: tildes, which no backtick fence in the tab's code closes
 _TAB_FENCE = "~~~~"
 _INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1")
@@ -485,15 +487,46 @@ def _fence_code_shortcodes(text: str) -> str:
     return _fence_code_tabs(text) if "tab" in text else text
 
 
+def _shortcode_params(params: str) -> tuple[dict[str, str], list[str]]:
+    """A shortcode's named parameters (`lang="toml"`, `text=true`) and its positional ones (`toml`)."""
+    named: dict[str, str] = {}
+    positional: list[str] = []
+    for key, *values in _SHORTCODE_PARAM.findall(params):
+        value = next((v for v in values if v), "")
+        if key:
+            named[key] = value
+        else:
+            positional.append(value)
+    return named, positional
+
+
+def _code_tab_language(params: str, pane: dict[str, str] | None) -> str | None:
+    """The language of a tab whose content is code, '' for code in none; None for a tab of text."""
+    named, positional = _shortcode_params(params)
+    if pane is None:  # outside a Docsy pane only a tab that names its language is code
+        return named.get("lang")
+    if named.get("text", pane.get("text", "false")).lower() == "true":
+        return None
+    header = positional[0] if positional else named.get("header", "")
+    by_header = header if pane.get("langEqualsHeader", "false").lower() == "true" else ""
+    return named.get("lang") or pane.get("lang") or by_header
+
+
 def _fence_code_tabs(text: str) -> str:
-    """A tab of code (`lang=`) as a code block in its language: a `#` comment in its TOML is no heading."""
+    """Docsy's tabs of code as code blocks in their language: a `#` comment in a tab's TOML is no heading."""
     lines = text.split("\n")
+    pane: dict[str, str] | None = None
     inside = False
     for number, line in enumerate(lines):
-        if inside and _TAB_END.match(line):
-            lines[number], inside = _TAB_FENCE, False
-        elif not inside and (opened := _CODE_TAB.match(line)):
-            lines[number], inside = _TAB_FENCE + opened.group("lang").lower(), True
+        if inside:
+            if _TAB_END.match(line):
+                lines[number], inside = _TAB_FENCE, False
+        elif opened_pane := _TAB_PANE.match(line):
+            pane = None if opened_pane.group("close") else _shortcode_params(opened_pane.group("params"))[0]
+        elif (tab := _TAB.match(line)) and not tab.group("self"):
+            language = _code_tab_language(tab.group("params"), pane)
+            if language is not None:
+                lines[number], inside = _TAB_FENCE + language.lower(), True
     return "\n".join(lines)
 
 

@@ -179,6 +179,22 @@ class TestMarkupCleaner:
             "Prose\n# A heading\n"
         )
 
+    @pytest.mark.parametrize(
+        ("pane", "tab", "shown"),
+        [
+            ("{{< tabpane langEqualsHeader=true >}}", "{{< tab toml >}}", "~~~~toml"),  # the header is the language
+            ('{{< tabpane lang="bash" >}}', '{{< tab header="Linux" >}}', "~~~~bash"),  # the pane's language
+            ("{{< tabpane >}}", '{{< tab header="Output" >}}', "~~~~"),  # code in no language
+            ("{{< tabpane text=true >}}", '{{% tab header="English" %}}', "English"),  # text: markdown
+            ("{{< tabpane >}}", '{{% tab header="English" text=true %}}', "English"),
+        ],
+    )
+    def test_a_docsy_pane_shows_its_tabs_as_code_unless_they_are_text(self, pane, tab, shown):
+        text = f"{pane}\n{tab}\n# not a heading unless text\n{{{{< /tab >}}}}\n{{{{< /tabpane >}}}}"
+        out = clean_markup(text).split("\n")
+        assert out[1] == shown
+        assert out[3] == ("" if shown == "English" else "~~~~")
+
     def test_a_highlight_block_around_a_fence_shows_the_fence_as_code(self):
         # Just the Docs shows how to write a fence inside `{% highlight markdown %}`: the prose after it is prose
         text = "{% highlight markdown %}\n```js\nvar x;\n```\n{% endhighlight %}\n\n## Next\nSee [it]({% link a.md %})."
