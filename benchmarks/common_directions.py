@@ -9,7 +9,9 @@ directions of the chunks removed ("all but the top"). An answered question's bes
 an unanswered one is simulated by leaving out the judged documents (`leave-doc`: their neighbours stay, the hardest
 case) or the judged documents' categories (`leave-cat`, as `benchmarks/build_negatives.py` removes them). Printed per
 way: the AUC of answered over unanswered (1.0: a threshold separates them), the share of unanswered ones below the
-similarity that 95 % and 90 % of the answered ones reach, and where the noise probes' 95th percentile lies.
+similarity that 95 % and 90 % of the answered ones reach, where the noise probes' 95th percentile lies, and a
+reference of the collection's own: the median of its chunks' best similarity to another document's chunks, with the
+answered questions' first quartile measured from it (a reference that carried over would put it alike in every set).
 docs/decisions.md D80 has the figures.
 """
 
@@ -44,6 +46,14 @@ def _without(rows: np.ndarray, mean: np.ndarray, directions: np.ndarray) -> np.n
 def _auc(answered: np.ndarray, unanswered: np.ndarray) -> float:
     above = (answered[:, None] > unanswered[None, :]).mean()
     return float(above + 0.5 * (answered[:, None] == unanswered[None, :]).mean())
+
+
+def _reference(chunk_side: np.ndarray, doc_ids: np.ndarray, sample: int = 1500) -> float:
+    """The median of (a seeded sample of) the chunks' best similarity to another document's chunks."""
+    rows = np.random.default_rng(0).choice(len(chunk_side), min(sample, len(chunk_side)), replace=False)
+    scores = chunk_side[rows] @ chunk_side.T
+    scores[doc_ids[rows][:, None] == doc_ids[None, :]] = -1.0
+    return float(np.median(scores.max(axis=1)))
 
 
 def main() -> None:
@@ -87,6 +97,9 @@ def main() -> None:
             line.append(f"{name} AUC {_auc(answered, unanswered):.3f} below@95 {below[0]:.2f} below@90 {below[1]:.2f}")
         noise = float(np.quantile((probe_side @ chunk_side.T).max(axis=1), 0.95))
         line.append(f"probes p95 {noise:.3f}, answered median {float(np.median(answered)):.3f}")
+        reference = _reference(chunk_side, doc_ids)
+        quartile = float(np.quantile(answered, 0.25)) - reference
+        line.append(f"reference {reference:.3f}, answered q25 - reference {quartile:+.3f}")
         print(" | ".join(line))
 
 
