@@ -219,6 +219,13 @@ _MYST_CODE: dict[str, str | None] = {
     "myst-example": "md",  # MyST's own docs: the markdown and what it renders, an example, not the page's headings
     "myst-to-html": "md",
 }
+#: an executable cell of Quarto, R Markdown or knitr (```` ```{python} ````, ```` ```{r} ````): code in its language
+_CELL_LANGUAGES = frozenset(
+    (
+        *("python", "python3", "r", "julia", "bash", "sh", "sql", "ojs", "js", "javascript", "ruby", "rust", "go"),
+        *("c", "cpp", "java", "scala", "matlab", "octave", "stata", "sas", "perl", "powershell"),
+    )
+)
 #: directives the page does not show as text: navigation, images, raw output, includes left unresolved
 _MYST_HIDDEN = frozenset(
     ("toctree", "contents", "tableofcontents", "image", "include", "literalinclude", "raw", "index", "bibliography")
@@ -373,9 +380,9 @@ def _open_directive(match: re.Match[str], body: list[str]) -> tuple[_Directive, 
     """
     name, arg, indent = match.group("name"), match.group("arg"), match.group("indent")
     fence = match.group("fence")
-    if name in _MYST_CODE:
+    if name in _MYST_CODE or name.lower() in _CELL_LANGUAGES:
         marker = fence if fence[0] == "~" else _code_marker(fence, body)
-        language = _MYST_CODE[name]
+        language = _MYST_CODE.get(name, name.lower())
         language = (arg.split() or [""])[0] if language is None else language
         return _Directive(fence, "code", indent + marker), indent + marker + language
     if name in _MYST_HIDDEN:

@@ -285,6 +285,13 @@ class TestMarkupCleaner:
         text = "::::{myst-example}\n```py\nx = 1\n```\n:::{tip}\nHint\n:::\n::::\nafter"
         assert clean_markup(text) == "````md\n```py\nx = 1\n```\n:::{tip}\nHint\n:::\n````\nafter"
 
+    def test_an_executable_cell_is_code_in_its_language_so_its_comments_are_no_headings(self):
+        # Quarto and R Markdown pages: ```{python} and ```{r} cells, their options as `#|` comments
+        text = "## Analysis\n```{python}\n#| label: fig-polar\n# a comment\nimport numpy\n```\n```{r}\nx <- 1\n```"
+        assert clean_markup(text) == (
+            "## Analysis\n```python\n#| label: fig-polar\n# a comment\nimport numpy\n```\n```r\nx <- 1\n```"
+        )
+
     def test_myst_markup_is_read_only_on_a_myst_page_and_never_in_code(self):
         plain = "% of users\n+++\nA [](x.md) and (y)= stay."  # no directive, target line or role: not MyST
         assert clean_markup(plain) == plain
