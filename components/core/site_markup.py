@@ -40,8 +40,6 @@ _CODE_CLOSE = re.compile(
     r"|\{%-?\s*endhighlight\s*-?%\})[ \t]*$",
     re.MULTILINE,
 )
-#: a code shortcode's whole block, its code between its opening and its closing
-_CODE_BLOCK = re.compile(f"(?:{_CODE_OPEN.pattern})(?P<body>.*?)(?:{_CODE_CLOSE.pattern})", re.MULTILINE | re.DOTALL)
 _RAW_TAG = re.compile(r"\{%-?\s*(?:raw|endraw)\s*-?%\}")
 #: a Liquid `raw` block, whose content Jekyll shows as written (`{% include x %}` in it is an example)
 _RAW_BLOCK = re.compile(r"(?P<open>\{%-?\s*raw\s*-?%\})(?P<body>.*?)(?P<close>\{%-?\s*endraw\s*-?%\}|\Z)", re.DOTALL)
@@ -59,7 +57,6 @@ _TAB_FENCE = "~~~~"
 _INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1")
 
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
-_MDX_COMMENT = re.compile(r"\{/\*.*?\*/\}", re.DOTALL)
 _MDX_COMMENT_MARKERS = ("{/*", "*/}")
 _MDX_IMPORT = re.compile(
     # one or several statements on a line (`import Tabs from '@theme/Tabs'; import TabItem from '@theme/TabItem';`)
@@ -465,15 +462,30 @@ def _dedent_components(lines: list[str], closed: set[str]) -> list[str]:
     return out
 
 
-def _fenced_code_shortcode(match: re.Match[str]) -> str:
+def _fenced_code_blocks(text: str) -> str:
     """
-    A code shortcode's block as a code block whose fence no fence in its code closes (`{% highlight markdown %}`
-    around a ```` ```js ```` example).
+    Each code shortcode's block, from its opening to the next closing, as a code block whose fence no fence in its
+    code closes (`{% highlight markdown %}` around a ```` ```js ```` example); an opening without a closing stays.
+    Openings and closings are each found once, so a page of unclosed openings costs one pass.
     """
-    body = match.group("body")
-    longest = max((len(m.group(1)) for m in re.finditer(r"^[ \t]*(`{3,})", body, re.MULTILINE)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{body}{fence}"
+    closings = list(_CODE_CLOSE.finditer(text))
+    parts: list[str] = []
+    done = 0
+    following = 0  # the first closing not yet paired
+    for opening in _CODE_OPEN.finditer(text):
+        if opening.start() < done:
+            continue  # inside the block just paired
+        while following < len(closings) and closings[following].start() < opening.end():
+            following += 1
+        if following == len(closings):
+            break
+        closing = closings[following]
+        body = text[opening.end() : closing.start()]
+        longest = max((len(m.group(1)) for m in re.finditer(r"^[ \t]*(`{3,})", body, re.MULTILINE)), default=0)
+        fence = "`" * max(3, longest + 1)
+        parts += [text[done : opening.start()], fence, body, fence]
+        done, following = closing.end(), following + 1
+    return "".join(parts) + text[done:]
 
 
 def _literal_raw_blocks(text: str) -> str:
@@ -486,10 +498,27 @@ def _literal_raw_blocks(text: str) -> str:
     return _RAW_BLOCK.sub(literal, text)
 
 
+def _without_mdx_comments(text: str) -> str:
+    """
+    Prose without its closed MDX comments (`{/* ... */}`), each as many line breaks as it spanned; an unclosed one
+    stays. One pass: a page of unclosed openings is not read again from each.
+    """
+    parts: list[str] = []
+    done = 0
+    while (start := text.find(_MDX_COMMENT_MARKERS[0], done)) >= 0:
+        end = text.find(_MDX_COMMENT_MARKERS[1], start + len(_MDX_COMMENT_MARKERS[0]))
+        if end < 0:
+            break
+        end += len(_MDX_COMMENT_MARKERS[1])
+        parts += [text[done:start], "\n" * text.count("\n", start, end)]
+        done = end
+    return "".join(parts) + text[done:]
+
+
 def _fence_code_shortcodes(text: str) -> str:
     if "raw" in text:
         text = _literal_raw_blocks(text)
-    text = _CODE_OPEN.sub("```", _CODE_BLOCK.sub(_fenced_code_shortcode, text))
+    text = _CODE_OPEN.sub("```", _fenced_code_blocks(text))
     text = _RAW_TAG.sub("", _CODE_CLOSE.sub("```", text))
     return _fence_code_tabs(text) if "tab" in text else text
 
@@ -578,11 +607,9 @@ def _restore_inline_code(text: str, spans: list[str]) -> str:
 
 
 _Rewrites = list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]
-#: the first rewrites of prose: comments (they may hold any of the others), scripts and imports; then MDX exports and
-#: JSX-valued attributes are read by their brackets (`jsx_expressions`), then `_PROSE`; tags after these
+#: the first rewrites of prose, after the comments (they may hold any of the others): scripts and imports; then MDX
+#: exports and JSX-valued attributes are read by their brackets (`jsx_expressions`), then `_PROSE`; tags after these
 _PROSE_FIRST: _Rewrites = [
-    (_COMMENT, _blank),
-    (_MDX_COMMENT, _blank),
     (_SCRIPT, _blank),
     (_MDX_IMPORT, _blank),
 ]
@@ -627,6 +654,7 @@ def _code_span(match: re.Match[str], vue: bool) -> str:
 def _clean_prose(text: str, closed: set[str], vue: bool = False) -> str:
     text = _HTML_CODE.sub(lambda m: _code_span(m, vue), _MYST_ROLE.sub(_role_words, text))  # roles: code spans
     text, spans = _protect_inline_code(text)
+    text = _without_mdx_comments(_COMMENT.sub(_blank, text))
     for pattern, rewrite in _PROSE_FIRST:
         text = pattern.sub(rewrite, text)
     text = jsx_attribute_values_as_words(without_mdx_exports(text))

@@ -205,6 +205,17 @@ class TestMarkupCleaner:
         text = "Intro\n{/*\n## Hidden heading\n```js\ncode\n```\n*/}\n## Shown\n`{/*` in code"
         assert clean_markup(text) == "Intro\n\n\n\n\n\n\n## Shown\n`{/*` in code"
 
+    @pytest.mark.parametrize(
+        "text",
+        ["{% highlight x %}\ntext\n" * 20_000, "{/*\n" * 40_000, "a {/* b\n" * 40_000],
+    )
+    def test_unclosed_code_shortcodes_and_mdx_comments_cost_one_pass(self, text):
+        # a hostile page of openings never closed: each opening searched to the end of the page was quadratic
+        started = time.perf_counter()
+        out = clean_markup(text)
+        assert time.perf_counter() - started < 5
+        assert out.count("\n") == text.count("\n")
+
     def test_an_async_export_goes_whole(self):
         text = (
             "Intro.\n\nexport async function Demo() {\n  const x = await load()\n  return <X data={x} />\n}\n\nAfter."
