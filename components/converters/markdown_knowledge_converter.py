@@ -33,6 +33,7 @@ from components.core.markdown_text import (
     opening_fence,
     without_code,
 )
+from components.core.site_markup import RAW_CLOSE, RAW_OPEN
 from components.core.sphinx_conf import literal_setting, nearest_configuration
 
 _KNOWN_KEYS = ("id", "title", "category", "domain", "keywords", "entities")
@@ -140,9 +141,6 @@ _MDBOOK_ESCAPED = re.compile(r"\\\{\{#(?=(?:include|rustdoc_include|playground|t
 _MYST_INCLUDE = re.compile(
     r"^[ \t]*(?P<fence>`{3,}|~{3,}|:{3,})\{(?P<name>include|literalinclude)\}[ \t]+(?P<target>\S+)[ \t]*$"
 )
-#: a Liquid `raw` block's tags (Liquid reads them before markdown: in a code span too)
-_RAW_OPEN = re.compile(r"\{%-?\s*raw\s*-?%\}")
-_RAW_CLOSE = re.compile(r"\{%-?\s*endraw\s*-?%\}")
 _MYST_INCLUDE_ANY = re.compile(r"\{(?:include|literalinclude)\}")
 _MYST_OPTION_VALUE = re.compile(r"^[ \t]*:([\w-]+):[ \t]*(.*?)[ \t]*$", re.MULTILINE)
 #: a MyST substitution (`{{ key }}`), its key
@@ -363,7 +361,7 @@ class _Includes:
         for number, line in enumerate(lines):
             if number <= skip_to:
                 continue
-            if not fence and (raw or ("raw" in line and _RAW_OPEN.search(line))):
+            if not fence and (raw or ("raw" in line and RAW_OPEN.search(line))):
                 raw = _raw_after(line, raw)
                 out.append(line)
                 origin.append((number, 1))
@@ -465,8 +463,8 @@ class _Includes:
 
 def _raw_after(line: str, raw: bool) -> bool:
     """Whether a Liquid `raw` block is open after this line (`raw`: whether one was before it)."""
-    opened = None if raw else _RAW_OPEN.search(line)
-    return _RAW_CLOSE.search(line, opened.end() if opened else 0) is None
+    opened = None if raw else RAW_OPEN.search(line)
+    return RAW_CLOSE.search(line, opened.end() if opened else 0) is None
 
 
 def _docsify_fragment(text: str, name: str) -> str | None:

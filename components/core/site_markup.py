@@ -40,9 +40,12 @@ _CODE_CLOSE = re.compile(
     r"|\{%-?\s*endhighlight\s*-?%\})[ \t]*$",
     re.MULTILINE,
 )
-_RAW_TAG = re.compile(r"\{%-?\s*(?:raw|endraw)\s*-?%\}")
+#: a Liquid `raw` block's tags (Liquid reads them before markdown: in a code span too)
+RAW_OPEN = re.compile(r"\{%-?\s*raw\s*-?%\}")
+RAW_CLOSE = re.compile(r"\{%-?\s*endraw\s*-?%\}")
+_RAW_TAG = re.compile(f"{RAW_OPEN.pattern}|{RAW_CLOSE.pattern}")
 #: a Liquid `raw` block, whose content Jekyll shows as written (`{% include x %}` in it is an example)
-_RAW_BLOCK = re.compile(r"(?P<open>\{%-?\s*raw\s*-?%\})(?P<body>.*?)(?P<close>\{%-?\s*endraw\s*-?%\}|\Z)", re.DOTALL)
+_RAW_BLOCK = re.compile(f"(?P<open>{RAW_OPEN.pattern})(?P<body>.*?)(?P<close>{RAW_CLOSE.pattern}|\\Z)", re.DOTALL)
 #: what stands for a template's `{` inside a `raw` block while the markup goes (no rule reads it), then `{` again
 _RAW_BRACE = "\x04"
 #: Docsy's tabbed panes: a pane's and a tab's opening (their parameters), a tab's end; a tab of a pane is code,
