@@ -282,6 +282,21 @@ class TestMarkdownKnowledgeConverter:
             "include not resolved: _media/gone.md (not found under the knowledge root)"
         ]
 
+    def test_a_docsify_embed_reads_nothing_outside_the_knowledge_root_nor_hidden(self, tmp_path: Path):
+        (tmp_path / "secret.txt").write_text("TOP SECRET\n")
+        root = tmp_path / "kb"
+        (root / "docs").mkdir(parents=True)
+        (root / ".hidden.md").write_text("HIDDEN\n")
+        page = root / "docs" / "p.md"
+        page.write_text(
+            "# P\n\n[a](../../secret.txt ':include :type=code')\n\n[b](/../secret.txt ':include')\n\n"
+            "[c](/etc/passwd ':include :type=code')\n\n[d](../.hidden.md ':include')\n"
+        )
+        out = MarkdownKnowledgeConverter().run(sources=[page], meta={"source": "docs/p.md"})
+        [doc] = out["documents"]
+        assert "SECRET" not in doc.content and "root:" not in doc.content and "HIDDEN" not in doc.content
+        assert len(out["warnings"]) == 4 and not doc.meta.get("included_files")
+
     def test_an_include_in_a_liquid_raw_block_is_an_example_shown_as_written(self, tmp_path: Path):
         # Just the Docs' customization page shows the include a scheme file needs inside `{% raw %}`
         (tmp_path / "_includes").mkdir()
