@@ -67,8 +67,11 @@ def _component(spec: dict[str, Any], name: str) -> Any:
     return component_from_dict(getattr(importlib.import_module(module), cls), data, name)
 
 
-def residue(folder: Path, pipeline: Path, chunks_file: Path | None = None) -> dict[str, Any]:
-    """The figures of one folder (see the module's docstring); `chunks_file` receives the chunks' digests."""
+def residue(
+    folder: Path, pipeline: Path, chunks_file: Path | None = None, show: bool = False
+) -> dict[str, Any]:
+    """The figures of one folder (see the module's docstring); `chunks_file` receives the chunks' digests, `show`
+    prints each line of prose that matches a pattern to stderr."""
     spec = yaml.safe_load(pipeline.read_text(encoding="utf-8"))
     partial_folders = (spec.get("metadata") or {}).get("partial_folders", DEFAULT_PARTIAL_FOLDERS)
     files = find_knowledge_files(folder).files
@@ -87,7 +90,11 @@ def residue(folder: Path, pipeline: Path, chunks_file: Path | None = None) -> di
     for chunk in documents:
         prose = without_code(chunk.content or "")
         for name, pattern in PATTERNS.items():
-            counts[name] += bool(re.search(pattern, prose, re.MULTILINE))
+            found = [match.start() for match in re.finditer(pattern, prose, re.MULTILINE)]
+            counts[name] += bool(found)
+            for start in found if show else ():
+                line = prose[prose.rfind("\n", 0, start) + 1 :].split("\n", 1)[0]
+                print(f"{chunk.meta['source']} #{chunk.meta['chunk_index']} [{name}] {line.strip()[:200]}", file=sys.stderr)
     if chunks_file is not None:
         rows = [
             [
@@ -119,8 +126,9 @@ def main() -> int:
     parser.add_argument("folder", type=Path, help="a folder of markdown pages (a site's docs)")
     parser.add_argument("--pipeline", type=Path, default=DEFAULT_INDEXING_PIPELINE, help="indexing pipeline YAML")
     parser.add_argument("--chunks", type=Path, default=None, help="also write every chunk's digest to this file")
+    parser.add_argument("--show", action="store_true", help="print each matching line of prose to stderr")
     args = parser.parse_args()
-    print(json.dumps(residue(args.folder.resolve(), args.pipeline, args.chunks), ensure_ascii=False))
+    print(json.dumps(residue(args.folder.resolve(), args.pipeline, args.chunks, args.show), ensure_ascii=False))
     return 0
 
 

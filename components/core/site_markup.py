@@ -660,7 +660,7 @@ def _clean_prose(text: str, closed: set[str], vue: bool = False) -> str:
     text = _without_mdx_comments(_COMMENT.sub(_blank, text))
     for pattern, rewrite in _PROSE_FIRST:
         text = pattern.sub(rewrite, text)
-    text = jsx_attribute_values_as_words(without_mdx_exports(text))
+    text = without_mdx_exports(jsx_attribute_values_as_words(text))
     for pattern, rewrite in _PROSE:
         text = pattern.sub(rewrite, text)
     if vue:

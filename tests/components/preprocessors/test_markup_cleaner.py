@@ -222,6 +222,18 @@ class TestMarkupCleaner:
         )
         assert clean_markup(text) == "Intro.\n\n\n\n\n\n\nAfter."
 
+    def test_an_export_line_inside_a_components_template_literal_is_the_value_not_a_statement(self):
+        # Nextra's meta-file page: `export default $` inside `code={`...`}` was taken for an MDX export, which ran to
+        # the blank line and left `<APIDocs` and `code={`...` in the prose
+        text = (
+            "Inherited.\n\n<APIDocs\n  code={`type $ = ${generate(schema)}\nexport default $`}\n/>\n\n"
+            "## Layouts\n\nexport const x = 1\n\nText."
+        )
+        out = clean_markup(text)
+        assert out.count("\n") == text.count("\n")
+        assert "APIDocs" not in out and "code=" not in out and "export const" not in out
+        assert "## Layouts" in out and out.endswith("\n\nText.")
+
     def test_an_mdx_code_block_is_rendered_mdx_so_its_markup_goes_and_its_code_stays(self):
         text = (
             "import Tabs from '@theme/Tabs'; import TabItem from '@theme/TabItem';\n\n"
