@@ -67,9 +67,7 @@ def _component(spec: dict[str, Any], name: str) -> Any:
     return component_from_dict(getattr(importlib.import_module(module), cls), data, name)
 
 
-def residue(
-    folder: Path, pipeline: Path, chunks_file: Path | None = None, show: bool = False
-) -> dict[str, Any]:
+def residue(folder: Path, pipeline: Path, chunks_file: Path | None = None, show: bool = False) -> dict[str, Any]:
     """The figures of one folder (see the module's docstring); `chunks_file` receives the chunks' digests, `show`
     prints each line of prose that matches a pattern to stderr."""
     spec = yaml.safe_load(pipeline.read_text(encoding="utf-8"))
@@ -94,7 +92,8 @@ def residue(
             counts[name] += bool(found)
             for start in found if show else ():
                 line = prose[prose.rfind("\n", 0, start) + 1 :].split("\n", 1)[0]
-                print(f"{chunk.meta['source']} #{chunk.meta['chunk_index']} [{name}] {line.strip()[:200]}", file=sys.stderr)
+                where = f"{chunk.meta['source']} #{chunk.meta['chunk_index']}"
+                print(f"{where} [{name}] {line.strip()[:200]}", file=sys.stderr)
     if chunks_file is not None:
         rows = [
             [

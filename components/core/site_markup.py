@@ -74,8 +74,8 @@ _HUGO_NAME = re.compile(r"\{\{[<%]-?\s*([\w-]+)")
 _HUGO_PARAM = re.compile(r"""(\w+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
 _HUGO_ARGUMENT = re.compile(r"""\{\{[<%]-?\s*[\w-]+\s+(?:"([^"]*)"|'([^']*)')""")
 #: the parameters whose value a shortcode shows as words (`{{< glossary_tooltip text="Secret" term_id="secret" >}}`, a
-#: Docsy tab's or card's `header`)
-_HUGO_SHOWN = ("text", "title", "label", "caption", "header")
+#: Docsy tab's `header`, a card's `header`, `title` and `subtitle`)
+_HUGO_SHOWN = ("header", "title", "subtitle", "text", "label", "caption")
 #: Liquid tags, and Liquid output that is Jekyll's: a site variable, a quoted string or a filter (`| relative_url`)
 _LIQUID = re.compile(
     r"\{%-?.*?-?%\}|\{\{-?\s*(?:(?:site|page|include|layout|jekyll|paginator)\b|['\"])[^{}]*?-?\}\}"
@@ -282,13 +282,14 @@ def _tag_rewrite(closed: set[str]) -> Callable[[re.Match[str]], str]:
 
 def _hugo_words(match: re.Match[str]) -> str:
     """
-    What a shortcode shows as words, its line breaks kept: the value of `text`, `title`, `label` or `caption`; a
-    tab's `name`; a glossary tooltip's term; a `heading`'s argument (`{{% heading "whatsnext" %}}`); else nothing.
+    What a shortcode shows as words, its line breaks kept: the values of `header`, `title`, `subtitle`, `text`, `label`
+    and `caption`, joined (a Docsy card shows the first three); a tab's `name`; a glossary tooltip's term; a
+    `heading`'s argument (`{{% heading "whatsnext" %}}`); else nothing.
     """
     code = match.group(0)
     name = _HUGO_NAME.match(code)
     params = {key: a if a is not None else b for key, a, b in _HUGO_PARAM.findall(code)}
-    words = next((params[key] for key in _HUGO_SHOWN if params.get(key)), "")
+    words = " — ".join(dict.fromkeys(params[key] for key in _HUGO_SHOWN if params.get(key)))
     kind = name.group(1) if name else ""
     if not words and kind == "tab":
         words = params.get("name", "")

@@ -148,6 +148,13 @@ class TestMarkupCleaner:
             # Hugo's comment shortcode shows nothing; `<output>` is layout
             ("{{< comment >}}\nA note to editors.\n{{< /comment >}}\nShown.", "\n\n\nShown."),
             ('<output data-lang="output">\n42\n</output>', "\n42\n"),
+            # a Docsy card shows its header, title and subtitle; a value repeated shows once
+            (
+                '{{% card\n  header="**Imagine**"\n  title="John Lennon"\n  subtitle="Yoko Ono"\n%}}\n'
+                "Lyrics.\n{{% /card %}}",
+                "**Imagine** — John Lennon — Yoko Ono\n\n\n\n\nLyrics.\n",
+            ),
+            ('{{< figure src="a.png" title="Plot" caption="Plot" >}}', "Plot"),
             # a code block inside a quote is code (Docsify's UI kit)
             (
                 "> Text <b>x</b>\n> ```html\n> <p>Hello</p>\n> ```\n> <b>y</b>",
