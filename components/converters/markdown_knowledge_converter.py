@@ -298,9 +298,11 @@ class _Includes:
         fragment = _DOCSIFY_FRAGMENT.search(options)
         if kind == "shown":
             return None
+        if kind == "code":
+            target = target.lstrip("/")
         if kind != "code" or fragment is None:
-            return self._read(target.lstrip("/") if kind == "code" else target, kind, source, depth, seen)
-        loaded = self._load(target.lstrip("/"), kind, source, depth, seen)
+            return self._read(target, kind, source, depth, seen)
+        loaded = self._load(target, kind, source, depth, seen)
         if loaded is None:
             return None
         path, name, text = loaded
