@@ -61,6 +61,11 @@ _INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1")
 
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _MDX_COMMENT_MARKERS = ("{/*", "*/}")
+#: an MDX expression alone on its line that renders a component or not (`{process.env.X !== 'production' && <Old />}`):
+#: what it shows depends on the build, so nothing of it is kept
+_MDX_CONDITIONAL = re.compile(
+    r"^[ \t]*\{(?![/*{])[^{}\n]*(?:&&|\|\||\?|=>)[^{}\n]*<[A-Za-z>][^{}\n]*\}[ \t]*$", re.MULTILINE
+)
 _MDX_IMPORT = re.compile(
     # one or several statements on a line (`import Tabs from '@theme/Tabs'; import TabItem from '@theme/TabItem';`)
     r"^(?:import\s(?:[^\n;]|\n(?!\n))*?\sfrom\s+['\"][^'\"\n]+['\"];?[ \t]*|import\s+['\"][^'\"\n]+['\"];?[ \t]*)+$",
@@ -616,6 +621,7 @@ _Rewrites = list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]
 _PROSE_FIRST: _Rewrites = [
     (_SCRIPT, _blank),
     (_MDX_IMPORT, _blank),
+    (_MDX_CONDITIONAL, _blank),
 ]
 _PROSE: _Rewrites = [
     (_TEMPLATED_LINK_DEFINITION, _blank),

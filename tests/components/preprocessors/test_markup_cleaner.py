@@ -164,6 +164,9 @@ class TestMarkupCleaner:
             ("Text[^1] more.\n\n[^1]: The note.", "Text more.\n\nThe note."),
             ("<>![Logo](/logo.png)</> and a <> b", "![Logo](/logo.png) and a <> b"),
             ("top-level folders):**<br />**Nextra", "top-level folders):** **Nextra"),
+            # an MDX expression that renders a component in some builds only shows nothing certain
+            ("Intro.\n\n{process.env.NODE_ENV !== 'production' && <Old />}\n\n## Edit", "Intro.\n\n\n\n## Edit"),
+            ("{a && b}\n{cond ? <A /> : <B />}", "{a && b}\n"),  # no component: it may be text
             ("<Tabs items={['pnpm', \"npm\"]}>\n<Tabs.Tab>x</Tabs.Tab>\n</Tabs>", "pnpm — npm\nx\n"),
         ],
     )
