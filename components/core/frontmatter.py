@@ -92,16 +92,19 @@ def split_frontmatter(text: str, max_bytes: int, max_aliases: int) -> tuple[dict
     :raises FrontmatterError: If the block is not closed, over a cap, not valid or not a mapping.
     """
     lines = text.split("\n")
-    first = lines[0].strip()
+    # Zola reads a TOML block after blank lines (its theme pages start so); a `---` after them is a thematic break
+    blank = next((i for i, line in enumerate(lines) if line.strip()), 0)
+    start = blank if lines[blank].strip() == "+++" else 0
+    first = lines[start].strip()
     if first in ("---", "+++"):
-        end = _closing_line(lines, ("---", "...") if first == "---" else ("+++",))
+        end = _closing_line(lines[start:], ("---", "...") if first == "---" else ("+++",))
         if end is None:
             raise FrontmatterError(f"frontmatter starts with '{first}' but has no closing '{first}' line")
-        raw = "\n".join(lines[1:end])
+        raw = "\n".join(lines[start + 1 : start + end])
         if len(raw.encode("utf-8")) > max_bytes:
             raise FrontmatterError(f"frontmatter is over the {max_bytes}-byte cap (max_frontmatter_bytes)")
         front = _yaml(raw, max_aliases) if first == "---" else _toml(raw)
-        consumed = end + 1
+        consumed = start + end + 1
     elif first == "{":
         block = _json_block(lines)
         if block is None:  # a body that starts with a brace, not a front block

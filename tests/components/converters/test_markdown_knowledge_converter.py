@@ -158,6 +158,14 @@ class TestMarkdownKnowledgeConverter:
         )
         assert doc.meta["line_map"] == [[0, data.split(b"\n\n")[0].count(b"\n") + 2, 1]]
 
+    def test_a_toml_block_after_blank_lines_is_front_matter_and_a_rule_after_them_is_not(self):
+        # Zola's theme pages start with a blank line, and close their block with `+++` and spaces
+        doc = parse_knowledge_file(b'\n+++\ntitle = "tabi"\ndescription = "A theme."\n+++        \n\nAbout it.', "t.md")
+        assert (doc.meta["title"], doc.meta["description"], doc.content) == ("tabi", "A theme.", "\nAbout it.")
+        assert doc.meta["line_map"] == [[0, 6, 1]]
+        rule = parse_knowledge_file(b"\n---\ntitle: x\n---\n# Page", "r.md")
+        assert rule.content == "\n---\ntitle: x\n---\n# Page" and rule.meta["title"] == "Page"
+
     def test_a_body_that_starts_with_a_brace_is_no_front_matter(self):
         doc = parse_knowledge_file(b'{"not": "closed"\ntext', "a.md")
         assert doc.content.startswith('{"not"') and doc.meta["line_map"] == [[0, 1, 1]]
