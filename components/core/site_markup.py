@@ -166,6 +166,10 @@ _MKDOCS = re.compile(
 )
 #: reference-style links: `[text][ref]` and `[text][]` keep their text, `[ref]: url` definitions go
 _REFERENCE_LINK = re.compile(r"\[([^\[\]\n]+)\]\[[^\[\]\n]*\]")
+#: a shortcut reference link (`install [hexo-server].`): a link when the page defines its label, else text
+_SHORTCUT_LINK = re.compile(r"(?<![\]!\\])\[([^\[\]\n^][^\[\]\n]*)\](?![\[(:])")
+#: the label a link definition defines
+_DEFINED_LABEL = re.compile(r"^(?:>[ \t]*)*[ ]{0,3}\[([^\[\]\n]+)\]:")
 _LINK_DEFINITION = re.compile(
     # inside a quote too, and with its target on the next line when that line is nothing but a URL or a path
     r"^(?:>[ \t]*)*[ ]{0,3}\[[^\[\]\n]+\]:(?:[ \t]+\S+|[ \t]*\n(?:>[ \t]*)*[ \t]+[^\s]*[/.#:][^\s]*)"
@@ -661,7 +665,21 @@ def _code_span(match: re.Match[str], vue: bool) -> str:
     return f"{ticks}{code}{ticks}"
 
 
-def _clean_prose(text: str, closed: set[str], vue: bool = False) -> str:
+def _label(text: str) -> str:
+    """A link label as CommonMark matches it: case and runs of white space do not count."""
+    return " ".join(text.split()).casefold()
+
+
+def _defined_labels(text: str) -> frozenset[str]:
+    """The labels the page's link definitions define (not a footnote's `[^1]:`)."""
+    return frozenset(
+        _label(label.group(1))
+        for found in _LINK_DEFINITION.finditer(text)
+        if (label := _DEFINED_LABEL.match(found.group(0))) and not label.group(1).startswith("^")
+    )
+
+
+def _clean_prose(text: str, closed: set[str], vue: bool = False, defined: frozenset[str] = frozenset()) -> str:
     text = _HTML_CODE.sub(lambda m: _code_span(m, vue), _MYST_ROLE.sub(_role_words, text))  # roles: code spans
     text, spans = _protect_inline_code(text)
     text = _without_mdx_comments(_COMMENT.sub(_blank, text))
@@ -672,6 +690,8 @@ def _clean_prose(text: str, closed: set[str], vue: bool = False) -> str:
         text = pattern.sub(rewrite, text)
     if vue:
         text = _VUE_INTERPOLATION.sub("", text)
+    if defined:
+        text = _SHORTCUT_LINK.sub(lambda m: m.group(1) if _label(m.group(1)) in defined else m.group(0), text)
     text = html_tables_as_markdown(text)  # before the tags go: a row's cells are told apart by their tags
     rewrite_tag = _tag_rewrite(closed)
     text = _TAGS_IN_PARENTHESES.sub(lambda m: m.group(0) if _TAG.sub(rewrite_tag, m.group(1)).strip() else "", text)
@@ -736,6 +756,7 @@ def _clean(text: str) -> str:
     fence = ""
     mdx = ""  # the fence of an open mdx-code-block, whose lines are prose
     vue = _VUE_PAGE.search(text) is not None
+    defined = _defined_labels(text) if "]:" in text else frozenset()
     comment = False  # inside an HTML comment, which may hide a whole code block (a translation's original)
     mdx_comment = False  # inside an MDX comment, which may hide code blocks and headings too
     closings = closing_lines(lines) if "<pre" in text.lower() else None
@@ -766,7 +787,7 @@ def _clean(text: str) -> str:
         pre = closings is not None and number not in in_table and PRE_OPEN.match(line)
         block = fenced_pre_block(lines, number, closings) if pre and closings is not None else None
         if opened or block:
-            out.extend(_clean_prose("\n".join(prose), closed, vue).split("\n") if prose else [])
+            out.extend(_clean_prose("\n".join(prose), closed, vue, defined).split("\n") if prose else [])
             prose = []
         if block:
             out.extend(block[0])
@@ -777,5 +798,5 @@ def _clean(text: str) -> str:
         else:
             prose.append(line)
     if prose:
-        out.extend(_clean_prose("\n".join(prose), closed, vue).split("\n"))
+        out.extend(_clean_prose("\n".join(prose), closed, vue, defined).split("\n"))
     return "\n".join(out).replace(_RAW_BRACE, "{")

@@ -160,6 +160,12 @@ class TestMarkupCleaner:
                 "> Text <b>x</b>\n> ```html\n> <p>Hello</p>\n> ```\n> <b>y</b>",
                 "> Text x\n> ```html\n> <p>Hello</p>\n> ```\n> y",
             ),
+            # a shortcut reference link is its text when the page defines its label (after a code block too)
+            (
+                "## [hexo-server]\nInstall [Hexo-Server], not [x] or `[hexo-server]`.\n```\n[a]\n```\n"
+                "[hexo-server]: https://github.com/hexojs/hexo-server",
+                "## hexo-server\nInstall Hexo-Server, not [x] or `[hexo-server]`.\n```\n[a]\n```\n",
+            ),
             # footnotes keep their text, JSX fragments and line breaks keep words apart, tabs show their labels
             ("Text[^1] more.\n\n[^1]: The note.", "Text more.\n\nThe note."),
             ("<>![Logo](/logo.png)</> and a <> b", "![Logo](/logo.png) and a <> b"),
