@@ -32,14 +32,17 @@ _CODE_SHORTCODES = ("highlight", "code", "code-toggle", "codeblock", "snippet")
 _CODE_OPEN = re.compile(
     # not a self-closing one (`{{< code-toggle config=x />}}` shows a configuration, it opens no block)
     r"^[ \t]*(?:\{\{[<%]-?\s*(?:" + "|".join(_CODE_SHORTCODES) + r")\b[^\n]*?(?<!/)[>%]\}\}"
-    r"|\{%-?\s*highlight\b[^\n]*?%\})[ \t]*$",
+    r"|\{%-?\s*(?:highlight|codeblock|code)\b[^\n]*?%\})[ \t]*$",
     re.MULTILINE,
 )
 _CODE_CLOSE = re.compile(
     r"^[ \t]*(?:\{\{[<%]-?\s*/\s*(?:" + "|".join(_CODE_SHORTCODES) + r")\s*-?[>%]\}\}"
-    r"|\{%-?\s*endhighlight\s*-?%\})[ \t]*$",
+    r"|\{%-?\s*end(?:highlight|codeblock|code)\s*-?%\})[ \t]*$",
     re.MULTILINE,
 )
+#: the language a code shortcode's opening names
+_CODE_LANG = re.compile(r"""\blang(?:uage)?\s*[:=]\s*["']?([\w+#.-]+)""")
+_HIGHLIGHT_LANG = re.compile(r"""\bhighlight\s+["']?([A-Za-z][\w+#.-]*)(?=["']?\s)""")
 #: a Liquid `raw` block's tags (Liquid reads them before markdown: in a code span too)
 RAW_OPEN = re.compile(r"\{%-?\s*raw\s*-?%\}")
 RAW_CLOSE = re.compile(r"\{%-?\s*endraw\s*-?%\}")
@@ -110,8 +113,9 @@ _HTML_TAGS = (
     "bdo|ruby|rt|rp|data|address|template|audio|use|slot|dialog|canvas|track|embed|object|output"
 )
 _TAG = re.compile(
-    # a custom element's name has a hyphen (`<svg-image :svg="x" />`): a Vue or web component, never words
-    r"<(?P<close>/)?(?P<name>[A-Z][\w.]*|[a-z][a-z0-9]*(?:-[a-z0-9]+)+|(?:" + _HTML_TAGS + r")(?![\w-]))"
+    # a custom element's name has a hyphen (`<svg-image :svg="x" />`): a Vue or web component, never words;
+    # `\<center>` is text (markdown's escape; `\\<b>` is a backslash, then a tag)
+    r"(?<!(?<!\\)\\)<(?P<close>/)?(?P<name>[A-Z][\w.]*|[a-z][a-z0-9]*(?:-[a-z0-9]+)+|(?:" + _HTML_TAGS + r")(?![\w-]))"
     # a component's attributes may hold JSX (`values={[{label: 'a'}]}`, over several lines): anything but `<` or `>`
     r"(?P<attrs>\s(?:[^<>\"']|\"[^\"]*\"|'[^']*')*)?(?P<self>/)?>"
 )
@@ -127,6 +131,7 @@ _COMPONENT_WORDS = re.compile(
 _ITEMS = re.compile(r"\bitems\s*=\s*\{\s*\[([^\[\]]*)\]\s*\}")
 #: what a Liquid tag shows as words: GitBook's `{% tab title="HTTP" %}`, `{% code title="index.js" %}`,
 #: `{% update date="2025-12-18" %}`
+_LIQUID_TAG = re.compile(r"\{%-?\s*(\w+)(.*?)-?%\}", re.DOTALL)
 _LIQUID_WORDS = re.compile(r"""\b(?:title|date)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
 #: an HTML code element on one line (Starlight links the types in it: `<code>Array&lt;<a href="#x">X</a>&gt;</code>`)
 #: (its text runs to the next `<code`, so a line of openings costs one pass)
@@ -148,11 +153,16 @@ _VUE_PAGE = re.compile(r"<script\s+setup\b|<template\b")
 _SCRIPT = re.compile(r"<(script|style|head)\b[^>]*>.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
 #: Docusaurus admonitions: `:::tip`, `:::tip Title`, `:::tip[Title]`, with attributes after them (`{.padding--lg}`)
 _DOCUSAURUS = re.compile(
-    r"^[ \t]*:::+[ \t]*(?P<kind>[\w-]+)?(?:[ \t]*\[(?P<bracketed>[^\]\n]*)\]|[ \t]+(?P<title>[^{\n]*?))?"
+    # VuePress' tab containers name the id that keeps their choice in step (`::: code-tabs#shell`)
+    r"^[ \t]*:::+[ \t]*(?P<kind>[\w-]+)?(?:#[\w-]+)?(?:[ \t]*\[(?P<bracketed>[^\]\n]*)\]|[ \t]+(?P<title>[^{\n]*?))?"
     r"(?:[ \t]*\{[^}\n]*\})?[ \t]*$",
     re.MULTILINE,
 )
 #: the kinds of aside whose marker without a title shows the kind as its title (`:::tip` shows "Tip")
+#: a tab of VuePress' `tabs`/`code-tabs` container (`@tab pnpm`, `@tab:active npm`, `@tab Title#value`): its label
+_VUEPRESS_TAB = re.compile(r"^[ \t]*@tab(?::active)?(?:[ \t]+(?P<label>[^\n#]*?))?(?:#[\w-]*)?[ \t]*$", re.MULTILINE)
+#: markdown-it's table of contents marker (VuePress), which the page shows as the list of its headings
+_TOC_MARKER = re.compile(r"^[ \t]*\[\[toc\]\][ \t]*$", re.MULTILINE | re.IGNORECASE)
 _ASIDE_KINDS = frozenset(
     (
         *("note", "tip", "info", "warning", "danger", "caution", "important", "success", "question", "failure"),
@@ -309,11 +319,35 @@ def _hugo_words(match: re.Match[str]) -> str:
     return words + _blank(match)
 
 
+def _tag_arguments(code: str) -> tuple[str, list[str]]:
+    """A Liquid or Nunjucks tag's name and its arguments, quotes taken off (`{% note warn "For Mac users" %}`)."""
+    found = _LIQUID_TAG.match(code)
+    if not found:
+        return "", []
+    arguments = [a or b or c for a, b, c in re.findall(r"\"([^\"]*)\"|'([^']*)'|(\S+)", found.group(2))]
+    return found.group(1), arguments
+
+
+def _shown_arguments(name: str, arguments: list[str]) -> str:
+    """
+    What a Hexo tag shows of its arguments: a `note`'s title (after its class; NexT's `no-icon` is a switch), a
+    `blockquote`'s or `pullquote`'s author and source (its links are not words); else nothing.
+    """
+    if name == "note":
+        return " ".join(a for a in arguments[1:] if a != "no-icon")
+    if name in ("blockquote", "pullquote"):
+        return " ".join(a for a in arguments if "://" not in a and not a.startswith("class:"))
+    return ""
+
+
 def _liquid_words(match: re.Match[str]) -> str:
-    """A Liquid tag's shown words (its `title` or `date`), its line breaks kept; else nothing."""
+    """A Liquid tag's shown words (its `title` or `date`, a Hexo note's title), its line breaks kept; else nothing."""
     code = match.group(0)
-    shown = _LIQUID_WORDS.search(code) if code.startswith("{%") else None
-    return (next((g for g in shown.groups() if g), "") if shown else "") + _blank(match)
+    if not code.startswith("{%"):
+        return _blank(match)
+    shown = _LIQUID_WORDS.search(code)
+    words = next((g for g in shown.groups() if g), "") if shown else _shown_arguments(*_tag_arguments(code))
+    return words + _blank(match)
 
 
 def _aside_title(kind: str | None, title: str | None) -> str:
@@ -475,6 +509,15 @@ def _dedent_components(lines: list[str], closed: set[str]) -> list[str]:
     return out
 
 
+def _code_language(opening: str) -> str:
+    """
+    The language a code shortcode names: `lang:objc` or `lang="yaml"` (Hexo's `codeblock`, Hugo's `code`), else a
+    `highlight`'s first argument (`{% highlight ruby linenos %}`, `{{< highlight go "linenos=table" >}}`); else none.
+    """
+    named = _CODE_LANG.search(opening) or _HIGHLIGHT_LANG.search(opening)
+    return named.group(1) if named else ""
+
+
 def _fenced_code_blocks(text: str) -> str:
     """
     Each code shortcode's block, from its opening to the next closing, as a code block whose fence no fence in its
@@ -496,7 +539,7 @@ def _fenced_code_blocks(text: str) -> str:
         body = text[opening.end() : closing.start()]
         longest = max((len(m.group(1)) for m in re.finditer(r"^[ \t]*(`{3,})", body, re.MULTILINE)), default=0)
         fence = "`" * max(3, longest + 1)
-        parts += [text[done : opening.start()], fence, body, fence]
+        parts += [text[done : opening.start()], fence + _code_language(opening.group(0)), body, fence]
         done, following = closing.end(), following + 1
     return "".join(parts) + text[done:]
 
@@ -643,6 +686,8 @@ _PROSE: _Rewrites = [
     (_CODE_INCLUDE, _blank),
     (_MDBOOK, _blank),
     (_DOCUSAURUS, _title),
+    (_VUEPRESS_TAB, lambda m: m.group("label") or ""),
+    (_TOC_MARKER, _blank),
     (_PYMDOWNX_BLOCK, _block_title),
     (_GITHUB_ALERT, lambda m: m.group("quote") + (m.group("rest") or m.group("kind").capitalize())),
     (_EMPTY_LINK, lambda m: m.group(1)),

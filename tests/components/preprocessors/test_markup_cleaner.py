@@ -166,6 +166,12 @@ class TestMarkupCleaner:
                 "[hexo-server]: https://github.com/hexojs/hexo-server",
                 "## hexo-server\nInstall Hexo-Server, not [x] or `[hexo-server]`.\n```\n[a]\n```\n",
             ),
+            # VuePress: a tab container and its tabs show their labels, the TOC marker goes, an escaped tag is text
+            (
+                "::: code-tabs#shell\n@tab pnpm\n```bash\npnpm i\n```\n@tab:active npm#npm\n:::\n[[toc]]",
+                "\npnpm\n```bash\npnpm i\n```\nnpm\n\n",
+            ),
+            ("See [\\<center>](https://x) and <kbd>\\\\</kbd>", "See [\\<center>](https://x) and \\\\"),
             # footnotes keep their text, JSX fragments and line breaks keep words apart, tabs show their labels
             ("Text[^1] more.\n\n[^1]: The note.", "Text more.\n\nThe note."),
             ("<>![Logo](/logo.png)</> and a <> b", "![Logo](/logo.png) and a <> b"),
@@ -214,7 +220,7 @@ class TestMarkupCleaner:
     def test_a_highlight_block_around_a_fence_shows_the_fence_as_code(self):
         # Just the Docs shows how to write a fence inside `{% highlight markdown %}`: the prose after it is prose
         text = "{% highlight markdown %}\n```js\nvar x;\n```\n{% endhighlight %}\n\n## Next\nSee [it]({% link a.md %})."
-        assert clean_markup(text) == "````\n```js\nvar x;\n```\n````\n\n## Next\nSee it."
+        assert clean_markup(text) == "````markdown\n```js\nvar x;\n```\n````\n\n## Next\nSee it."
 
     def test_an_mdx_comment_hides_the_headings_and_code_blocks_it_wraps(self):
         # Nextra's blog theme page comments out a section, its heading and code block too
@@ -274,9 +280,25 @@ class TestMarkupCleaner:
     def test_code_shortcodes_become_fences_so_their_hash_lines_are_no_headings(self):
         text = (
             "{{< code-toggle file=hugo >}}\n[params]\n# comment\n{{< /code-toggle >}}\n"
-            "{% highlight ruby %}\n# x\n{% endhighlight %}"
+            "{% highlight ruby %}\n# x\n{% endhighlight %}\n"
+            # Hexo's code blocks, in the language they name or none (a title and a link are no language)
+            "{% codeblock lang:objc %}\n# y\n{% endcodeblock %}\n"
+            "{% codeblock _.compact http://underscorejs.org/#compact Underscore.js %}\n# z\n{% endcodeblock %}"
         )
-        assert clean_markup(text) == "```\n[params]\n# comment\n```\n```\n# x\n```"
+        assert clean_markup(text) == (
+            "```\n[params]\n# comment\n```\n```ruby\n# x\n```\n```objc\n# y\n```\n```\n# z\n```"
+        )
+
+    def test_a_hexo_note_shows_its_title_and_a_quote_its_source(self):
+        text = (
+            "{% note warn For Mac users %}\nInstall Xcode.\n{% endnote %}\n{% note info %}\nx\n{% endnote %}\n"
+            '{% note warn no-icon "Warning!" %}\ny\n{% endnote %}\n'
+            "{% blockquote Seth Godin http://sethgodin.typepad.com/x Welcome to Island Marketing %}\nq\n"
+            "{% endblockquote %}"
+        )
+        assert clean_markup(text) == (
+            "For Mac users\nInstall Xcode.\n\n\nx\n\nWarning!\ny\n\nSeth Godin Welcome to Island Marketing\nq\n"
+        )
 
     def test_a_self_closing_code_shortcode_opens_no_block(self):
         text = "{{< code-toggle config=privacy.youTube />}}\n\n[source code]: <https://example.org>\nAfter."
