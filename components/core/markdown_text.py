@@ -18,6 +18,7 @@ HEADING_ATTRIBUTES = re.compile(
     r"|\{docsify-ignore(?:-all)?\}))+[ \t]*$"
 )
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+_HELD_SPAN = re.compile(r"\x00(\d+)\x00")
 #: inline markup a heading is rendered without, each with what stays of it
 _INLINE_MARKUP = (
     (re.compile(r"!?\[([^\]]*)\]\([^)]*\)"), r"\1"),  # a link or image: its text
@@ -116,13 +117,15 @@ def plain_heading(text: str) -> str:
     :param text: A heading's markdown, or a title.
     :returns: Its text, blanks collapsed.
     """
-    parts = []
-    for n, part in enumerate(_CODE_SPAN.split(HEADING_ATTRIBUTES.sub("", text))):
-        if n % 3 == 0:  # prose between code spans
-            parts.append(_without_inline_markup(part))
-        elif n % 3 == 2:  # a code span's content; n % 3 == 1 is its backticks
-            parts.append(part.strip())
-    return " ".join("".join(parts).split())
+    spans: list[str] = []
+
+    def hold(match: re.Match[str]) -> str:
+        spans.append(match.group(2).strip())
+        return f"\x00{len(spans) - 1}\x00"
+
+    # the markup around a code span goes too (Zola's `### **`"scale"`**`): the spans wait outside the rules
+    plain = _without_inline_markup(_CODE_SPAN.sub(hold, HEADING_ATTRIBUTES.sub("", text)))
+    return " ".join(_HELD_SPAN.sub(lambda m: spans[int(m.group(1))], plain).split())
 
 
 def _without_inline_markup(prose: str) -> str:

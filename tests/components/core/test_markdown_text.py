@@ -23,6 +23,8 @@ class TestPlainHeading:
             ("Install the docs theme [^2]", "Install the docs theme"),  # a footnote's marker
             ("*2019: Contribute*", "2019: Contribute"),
             ("Uses [the API][api]", "Uses the API"),
+            ('**`"scale"`**', '"scale"'),  # Zola's image processing page: emphasis around a code span
+            ("[`run`](#run) and **`x` y**", "run and x y"),
         ],
     )
     def test_markup_goes_and_the_words_stay(self, heading: str, text: str):
