@@ -40,6 +40,8 @@ _CODE_CLOSE = re.compile(
     r"|\{%-?\s*end(?:highlight|codeblock|code)\s*-?%\})[ \t]*$",
     re.MULTILINE,
 )
+#: a shortcode Hugo shows as written, in code too: `{{</* card */>}}` shows `{{< card >}}` (its delimiters' `/*`, `*/`)
+_HUGO_ESCAPED = re.compile(r"(?P<open>\{\{[<%])/\*|\*/(?P<close>[>%]\}\})")
 #: the language a code shortcode's opening names
 _CODE_LANG = re.compile(r"""\blang(?:uage)?\s*[:=]\s*["']?([\w+#.-]+)""")
 _HIGHLIGHT_LANG = re.compile(r"""\bhighlight\s+["']?([A-Za-z][\w+#.-]*)(?=["']?\s)""")
@@ -844,4 +846,5 @@ def _clean(text: str) -> str:
             prose.append(line)
     if prose:
         out.extend(_clean_prose("\n".join(prose), closed, vue, defined).split("\n"))
-    return "\n".join(out).replace(_RAW_BRACE, "{")
+    cleaned = "\n".join(out).replace(_RAW_BRACE, "{")
+    return _HUGO_ESCAPED.sub(lambda m: m.group("open") or m.group("close"), cleaned) if "*/" in cleaned else cleaned

@@ -289,6 +289,16 @@ class TestMarkupCleaner:
             "```\n[params]\n# comment\n```\n```ruby\n# x\n```\n```objc\n# y\n```\n```\n# z\n```"
         )
 
+    def test_an_escaped_hugo_shortcode_shows_as_hugo_shows_it_and_a_go_comment_stays(self):
+        # Docsy's shortcode page documents `{{</* card */>}}`: the page shows `{{< card >}}`, the form to copy
+        text = (
+            '```go-html-template\n{{</* card header="x" */>}}\n{{%/* /card */%}}\n{{/* a comment */}}\n```\n'
+            "`{{</* y */>}}`"
+        )
+        assert clean_markup(text) == (
+            '```go-html-template\n{{< card header="x" >}}\n{{% /card %}}\n{{/* a comment */}}\n```\n`{{< y >}}`'
+        )
+
     def test_a_hexo_note_shows_its_title_and_a_quote_its_source(self):
         text = (
             "{% note warn For Mac users %}\nInstall Xcode.\n{% endnote %}\n{% note info %}\nx\n{% endnote %}\n"
