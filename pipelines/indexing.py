@@ -160,7 +160,7 @@ def _size_on_disk(paths: list[Path]) -> int:
 
 
 #: the files the include scan reads: those the markdown converter takes
-_MARKDOWN_SUFFIXES = (".md", ".mdx", ".markdown")
+_MARKDOWN_SUFFIXES = (".md", ".mdx", ".markdown", ".qmd")
 _RST_SUFFIXES = (".rst",)
 #: the router's output for reStructuredText, to which a Sphinx site's pages of another suffix are sent
 _RST_MIME = "text/x-rst"
@@ -794,9 +794,13 @@ class KnowledgeIndexer:
         can change with the files it includes; without such a converter in the pipeline, every file stays a page).
         """
         shows: dict[str, list[str]] = {}
+        scanned: set[type] = set()  # one scan per format: the Quarto converter is a second markdown converter
         for _, converter in self.pipeline.walk():
             if not isinstance(converter, MarkdownKnowledgeConverter | RstKnowledgeConverter):
                 continue
+            if type(converter) in scanned:
+                continue
+            scanned.add(type(converter))
             markdown = isinstance(converter, MarkdownKnowledgeConverter)
             pages = [
                 p

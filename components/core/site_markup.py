@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,7 @@ from components.core.markdown_text import (
     opening_fence,
     unquoted,
 )
+from components.core.pandoc_divs import pandoc_divs
 
 #: shortcodes and Liquid blocks whose content is code: they become fenced blocks, so a `#` in them is no heading
 _CODE_SHORTCODES = ("highlight", "code", "code-toggle", "codeblock", "snippet")
@@ -42,6 +43,10 @@ _CODE_CLOSE = re.compile(
 )
 #: a shortcode Hugo shows as written, in code too: `{{</* card */>}}` shows `{{< card >}}` (its delimiters' `/*`, `*/`)
 _HUGO_ESCAPED = re.compile(r"(?P<open>\{\{[<%])/\*|\*/(?P<close>[>%]\}\})")
+#: Quarto's page values (`{{< meta title >}}`), not an escaped one (`{{{< meta title >}}}` shows as written)
+_QUARTO_META = re.compile(r"(?<!\{)\{\{<[ \t]*meta[ \t]+(?P<key>[\w.-]+)[ \t]*>\}\}(?!\})")
+#: Quarto's escaped shortcode, which the page shows with one brace less on each side: `{{{< var x >}}}`
+_QUARTO_ESCAPED = re.compile(r"\{\{\{<(?P<body>[^\n]*?)>\}\}\}")
 #: the language a code shortcode's opening names
 _CODE_LANG = re.compile(r"""\blang(?:uage)?\s*[:=]\s*["']?([\w+#.-]+)""")
 _HIGHLIGHT_LANG = re.compile(r"""\bhighlight\s+["']?([A-Za-z][\w+#.-]*)(?=["']?\s)""")
@@ -204,6 +209,11 @@ _KRAMDOWN_COMMENT = re.compile(r"\{::comment\}.*?(?:\{:/(?:comment)?\}|\Z)", re.
 #: kramdown's attribute lists (`{: .note }` on a line of its own, `[Link](url){: .btn }`, `{:toc}`) and its other
 #: extensions (`{::options parse_block_html="true" /}`, `{::nomarkdown}`): never shown
 _KRAMDOWN_ATTRIBUTES = re.compile(r"\{:[^{}\n]*\}")
+#: Pandoc's attributes after an image, a link, a span or a code span (`![](x.png){.border fig-alt="..."}`,
+#: `[Tip]{.tag}`): never shown; an image's `fig-alt` is its alternative text
+_PANDOC_IMAGE = re.compile(r"!\[\]\((?P<url>[^()\s]*)\)\{[^{}\n]*\bfig-alt=\"(?P<alt>[^\"\n]*)\"[^{}\n]*\}")
+_PANDOC_SPAN = re.compile(r"(?<![!\]])\[(?P<text>[^\[\]\n]+)\]\{(?=[ \t]*(?:[.#][\w-]|[\w-]+=))[^{}\n]*\}")
+_PANDOC_ATTRIBUTES = re.compile(r"(?<=[)\]`\x00])\{(?=[ \t]*(?:[.#][\w-]|[\w-]+=))[^{}\n]*\}")
 #: footnotes (`text[^1]`, `[^1]: The note.`): the marker goes, the note's text stays
 _FOOTNOTE = re.compile(r"^[ ]{0,3}\[\^[^\]\s]+\]:[ \t]*|\[\^[^\]\s]+\]", re.MULTILINE)
 #: JSX fragments (`<>![Logo](/logo.png)</>`): no words
@@ -265,7 +275,10 @@ _MYST_PAGE = re.compile(r"^[ \t]*(?:`{3,}|:{3,})\{[\w:.-]+\}|^\([\w./:-]+\)=[ \t
 #: paragraph's attributes `{#id}`
 _MYST_SILENT = re.compile(r"^(?:\([\w./:-]+\)=|%.*|\+\+\+.*|:orphan:|\{[#.][\w.-]+(?:[ \t][^}]*)?\})[ \t]*$")
 #: MyST's links whose text Sphinx fills in (`[](other.md)`, `<project:#section>`, `<inv:python#os>`): their target
-_MYST_LINK = re.compile(r"\[\]\((?:project:|path:|inv:)?#?(?P<a>[^)\s]+)\)|<(?:project|path|inv):#?(?P<b>[^<>\s]+)>")
+#: (an image without alt text, `![](x.png)`, is no such link)
+_MYST_LINK = re.compile(
+    r"(?<!!)\[\]\((?:project:|path:|inv:)?#?(?P<a>[^)\s]+)\)|<(?:project|path|inv):#?(?P<b>[^<>\s]+)>"
+)
 #: a role: {ref}`Text <target>`, {term}`word`, {octicon}`book`; its name starts with a letter, and no backtick stands
 #: before it (`` `{:toc}` `` and `` `{docsify-ignore}` `` are code spans, whose closing backtick opens no role)
 _MYST_ROLE = re.compile(r"(?<!`)\{(?P<name>[A-Za-z][\w:.-]*)\}(?P<ticks>`+)(?P<body>.+?)(?P=ticks)")
@@ -318,6 +331,9 @@ def _hugo_words(match: re.Match[str]) -> str:
         words = params.get("term_id", "")
     elif not words and kind == "heading" and (argument := _HUGO_ARGUMENT.match(code)):
         words = argument.group(1) or argument.group(2) or ""
+    elif not words and kind == "kbd":  # Quarto's keys: `{{< kbd Shift-Ctrl-P >}}`, or per system, the first shown
+        keys = [next((v for v in found[1:] if v), "") for found in _SHORTCODE_PARAM.findall(code.split(None, 2)[-1])]
+        words = next((key for key in keys if key not in (">}}", "%}}")), "")
     return words + _blank(match)
 
 
@@ -426,9 +442,10 @@ def _open_directive(match: re.Match[str], body: list[str]) -> tuple[_Directive, 
     """
     name, arg, indent = match.group("name"), match.group("arg"), match.group("indent")
     fence = match.group("fence")
-    if name in _MYST_CODE or name.lower() in _CELL_LANGUAGES:
+    if name in _MYST_CODE or name.lower() in _CELL_LANGUAGES or (name.startswith(".") and fence[0] != ":"):
         marker = fence if fence[0] == "~" else _code_marker(fence, body)
-        language = _MYST_CODE.get(name, name.lower())
+        # Pandoc's fence with a class (```` ```{.bash} ````) is a code block in that language
+        language = name[1:] if name.startswith(".") else _MYST_CODE.get(name, name.lower())
         language = (arg.split() or [""])[0] if language is None else language
         return _Directive(fence, "code", indent + marker), indent + marker + language
     if name in _MYST_HIDDEN:
@@ -687,7 +704,10 @@ _PROSE: _Rewrites = [
     (_SNIPPET, _blank),
     (_CODE_INCLUDE, _blank),
     (_MDBOOK, _blank),
-    (_DOCUSAURUS, _title),
+    (_DOCUSAURUS, _title),  # before Pandoc's attributes: `:::note[Title]{.padding--lg}` is one marker
+    (_PANDOC_IMAGE, lambda m: f"![{m.group('alt')}]({m.group('url')})"),
+    (_PANDOC_SPAN, lambda m: m.group("text")),
+    (_PANDOC_ATTRIBUTES, _blank),
     (_VUEPRESS_TAB, lambda m: m.group("label") or ""),
     (_TOC_MARKER, _blank),
     (_PYMDOWNX_BLOCK, _block_title),
@@ -759,6 +779,33 @@ def clean_markup(text: str) -> str:
     return untag_table_lines(_clean(_without_marks(text)))
 
 
+def with_page_values(text: str, meta: Mapping[str, Any]) -> str:
+    """
+    Quarto's `{{< meta key >}}` as the page shows it: the value its front matter gives the key (`author.1` reads into
+    a mapping and a list), on one line; a key the page does not set is left for the cleaning, an escaped
+    `{{{< meta key >}}}` too.
+
+    :param text: A markdown body, its includes expanded (an included file reads the including page's values).
+    :param meta: The page's front matter.
+    :returns: The text, its line count unchanged.
+    """
+
+    def value(match: re.Match[str]) -> str:
+        found: Any = meta
+        for part in match.group("key").split("."):
+            if isinstance(found, Mapping) and part in found:
+                found = found[part]
+            elif isinstance(found, list) and part.isdigit() and int(part) < len(found):
+                found = found[int(part)]
+            else:
+                return match.group(0)
+        if isinstance(found, str | int | float) and not isinstance(found, bool):
+            return " ".join(str(found).split())
+        return match.group(0)
+
+    return _QUARTO_META.sub(value, text) if "{{<" in text else text
+
+
 def clean_markup_lines(text: str) -> tuple[str, list[int] | None]:
     """
     Remove the markup of documentation sites from markdown, telling where each line left was.
@@ -791,7 +838,11 @@ def _lines_in_tables(lines: list[str]) -> set[int]:
 
 
 def _clean(text: str) -> str:
+    if "{{{<" in text:  # its braces out of every rule's reach until the end
+        text = _QUARTO_ESCAPED.sub(lambda m: f"{_RAW_BRACE * 2}<{m.group('body')}>}}}}", text)
     lines = _dedent_mkdocs(_fence_code_shortcodes(text).split("\n"))
+    if ":::" in text:
+        lines = pandoc_divs(lines)
     if ("{" in text or ")=" in text) and _MYST_PAGE.search(text):
         lines = _myst(lines)
     # the components the page closes anywhere: a tab's `</Tabs>` may come after a code block inside it

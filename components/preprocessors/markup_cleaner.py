@@ -6,7 +6,7 @@ from typing import Any
 from haystack import Document, component
 
 from components.core.location import moved_line_map
-from components.core.site_markup import clean_markup, clean_markup_lines
+from components.core.site_markup import clean_markup, clean_markup_lines, with_page_values
 
 __all__ = ["MarkupCleaner", "clean_markup"]
 
@@ -77,11 +77,12 @@ class MarkupCleaner:
             if doc.meta.get("markup") not in markups or not doc.content:
                 cleaned.append(doc)
                 continue
-            text, origins = clean_markup_lines(doc.content)
+            content = with_page_values(doc.content, doc.meta)
+            text, origins = clean_markup_lines(content)
             meta = doc.meta
             if origins is not None and doc.meta.get("line_map"):  # a table took fewer lines: the map follows them
                 meta = {**doc.meta, "line_map": moved_line_map(doc.meta["line_map"], origins)}
             elif origins is not None:  # no map to carry the move: every line stays where it was
-                text = clean_markup(doc.content)
+                text = clean_markup(content)
             cleaned.append(doc if text == doc.content else replace(doc, content=text, meta=meta))
         return {"documents": cleaned}

@@ -529,3 +529,55 @@ class TestMarkupCleaner:
     def test_empty_input_gives_empty_output(self):
         assert MarkupCleaner().run(documents=[]) == {"documents": []}
         assert MarkupCleaner().run(documents=[_md("")])["documents"][0].content == ""
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            # Pandoc's attributes after an image, a link, a span and a code span go; an image's `fig-alt` is its alt
+            ('![](images/a.png){.border fig-alt="A screen shot."}', "![A screen shot.](images/a.png)"),
+            (
+                "![Cap](b.png){width=50%} and [Important]{.mark} and [l](u){target=_blank}",
+                "![Cap](b.png) and Important and [l](u)",
+            ),
+            (
+                "## Using `nanoplot_options()`{.qd-no-link}\n[Not a span] {x}",
+                "## Using `nanoplot_options()`\n[Not a span] {x}",
+            ),
+            # a Pandoc fence with a class is a code block in its language; Quarto's keys and escaped shortcodes
+            ("```{python}\nx\n```\n```{.bash}\n# c\n```", "```python\nx\n```\n```bash\n# c\n```"),
+            (
+                "Press {{< kbd Shift-Ctrl-P >}} or {{< kbd mac=Command-K win=Control-K >}}.",
+                "Press Shift-Ctrl-P or Command-K.",
+            ),
+            (
+                "Write `{{{< var version >}}}`; {{{< meta title >}}} shows it.",
+                "Write `{{< var version >}}`; {{< meta title >}} shows it.",
+            ),
+            # a callout's kind or title shows where its fence was; a tab's heading is its label
+            ("::: {.callout-note}\nText.\n:::\n::: {.panel-tabset}\n## R\nx\n:::", "Note\nText.\n\n\nR\nx\n"),
+        ],
+    )
+    def test_quarto_markup_leaves_what_its_pages_show(self, text, expected):
+        out = clean_markup(text)
+        assert out == expected
+        assert out.count("\n") == text.count("\n")
+
+    def test_a_quarto_page_value_is_read_from_its_front_matter(self):
+        # quarto-web's `_ssg-intro.qmd`, included by each site generator's page, names the including page's values
+        page = Document(
+            content="{{< meta ssg-description >}}. Pages in {{< meta ssg-name >}} sites, by {{< meta authors.1 >}}.\n"
+            "`{{< meta format-name >}}-md`; {{< meta unset >}}{{< meta authors >}}.",
+            meta={
+                "source": "hugo.qmd",
+                "markup": "markdown",
+                "ssg-description": "[Hugo](https://gohugo.io/) is a\npopular system\n",
+                "ssg-name": "Hugo",
+                "format-name": "hugo",
+                "authors": ["A", "B"],
+            },
+        )
+        out = MarkupCleaner().run(documents=[page])["documents"][0]
+        assert out.content == (
+            "[Hugo](https://gohugo.io/) is a popular system. Pages in Hugo sites, by B.\n`hugo-md`; ."
+        )
+        assert page.content.startswith("{{< meta")
