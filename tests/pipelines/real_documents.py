@@ -40,6 +40,8 @@ RESIDUE = [
     r"^[!?]> ",  # Docsify's callouts
     r"\[![A-Za-z]+\]",  # an alert's marker
     r"\]\(\S+ ['\"]:",  # Docsify's link options
+    r"^\s*@tab\b|^\s*code-tabs\b|\[\[toc\]\]",  # VuePress' tabs and table of contents
+    r"[\])`]\{[.#][\w-]|\{\{\{<",  # Pandoc's attributes, Quarto's escaped shortcodes
 ]
 
 
