@@ -9,6 +9,10 @@ retriever returns only chunks of the active version, so old and new chunks of a 
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
+import importlib.metadata
+import inspect
 import json
 import mimetypes
 import os
@@ -189,6 +193,35 @@ class _IncludedVersions:
     def changed(self, entry: IndexedDocument) -> bool:
         """Whether a file the document includes changed since it was indexed."""
         return any(self[name] != version for name, version in entry.includes.items())
+
+
+#: the project's helpers every converter and cleaner shares: a change to one changes what pages become
+_SHARED_CODE = Path(__file__).resolve().parent.parent / "components" / "core"
+
+
+def pipeline_digest(pipeline: Pipeline, writer: str) -> str:
+    """
+    What made a document's chunks: this package's version, the indexing pipeline's configuration (components and
+    connections; the writer's store aside, which `_recorded` tells apart with the embedding model) and the source of
+    its components' modules and of the shared helpers. A document indexed under another digest is indexed again, so
+    an upgrade, or an edit to `indexing.yaml`, reaches every page rather than the edited ones only.
+
+    :param pipeline: The indexing pipeline.
+    :param writer: The name of its component writing to the knowledge store.
+    :returns: 16 hex characters.
+    """
+    spec = pipeline.to_dict()
+    spec["components"] = {name: c for name, c in spec["components"].items() if name != writer}
+    try:
+        version = importlib.metadata.version("lookup-knowledge")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout without installing it
+        version = ""
+    digest = hashlib.sha256(json.dumps([version, spec], sort_keys=True, default=str).encode("utf-8"))
+    files = {Path(inspect.getfile(type(c))).resolve() for n, c in pipeline.walk() if n != writer}
+    files |= set(_SHARED_CODE.glob("*.py"))
+    for path in sorted(f for f in files if f.suffix == ".py" and f.is_file()):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def indexed_document(meta: Mapping[str, Any], chunks: int) -> IndexedDocument:
@@ -429,6 +462,11 @@ class KnowledgeIndexer:
         self._included = _IncludedVersions(Path())
         self._sphinx_pages: set[Path] = set()
 
+    @functools.cached_property
+    def digest(self) -> str:
+        """What makes this pipeline's chunks (`pipeline_digest`): a page indexed under another is indexed again."""
+        return pipeline_digest(self.pipeline, self._writer)
+
     @property
     def collection(self) -> KnowledgeStore:
         """The collection the run writes: the writer's (during a rebuild, the new one it fills)."""
@@ -554,6 +592,7 @@ class KnowledgeIndexer:
             for d in written
         ]
         for entry, d in zip(entries, written, strict=True):
+            entry.pipeline = self.digest
             # a file it shows, or one whose edit or creation may change it (a Sphinx `conf.py`): either re-indexes it
             included = [*(d["meta"].get("included_files") or []), *(d["meta"].get("watched_files") or [])]
             entry.includes = {name: self._included[name] for name in included if isinstance(name, str)}
@@ -712,8 +751,14 @@ class KnowledgeIndexer:
             for p, source in sources.items()
             if (entry := old.get(source)) is None
             or entry.doc_version != versions[source]
+            or entry.pipeline != self.digest
             or self._included.changed(entry)
         ]
+        if remade := sum(1 for p, s in sources.items() if s in old and old[s].pipeline != self.digest):
+            logger.info(
+                "{count} files are indexed again: the indexing pipeline or its code changed since they were indexed",
+                count=remade,
+            )
         summary = IndexSummary(
             files=len(files),
             skipped=len(sources) - len(todo),

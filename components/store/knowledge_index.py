@@ -52,6 +52,9 @@ class IndexedDocument(BaseModel):
     #: the groups that may read it (front matter `access`, casefolded); empty: public (`components.core.access`)
     access: list[str] = Field(default_factory=list)
     doc_version: str
+    #: what made its chunks (`pipelines.indexing.pipeline_digest`): another digest indexes it again ('' before it was
+    #: recorded, so an index written before re-indexes every page once)
+    pipeline: str = ""
     chunks: int = 0
     # the files its text includes (Hugo/Jekyll includes), by source, with the version each had when it was indexed:
     # an edit to one of them indexes the page again

@@ -95,6 +95,28 @@ class TestKnowledgeIndexer:
         assert (summary.indexed, summary.skipped, summary.chunks, summary.characters) == (0, 3, 0, 0)
         assert indexer.deployment.index_path.stat().st_mtime_ns == before  # running lookups reload nothing
 
+    def test_a_page_made_by_another_pipeline_is_indexed_again(self, indexer, tiny_kb):
+        # an upgrade, or an edit to indexing.yaml, changes what pages become: unchanged files must not keep old chunks
+        indexer.index(tiny_kb, progress=False)
+        name = indexer.collection.schema.collection_name
+        edited = KnowledgeIndexer(
+            indexer.deployment,
+            component_params={"writer": {"collection": {"collection_name": name}}, "chunker": {"max_chars": 600}},
+        )
+        try:
+            assert edited.digest != indexer.digest
+            summary = edited.index(tiny_kb, progress=False)
+            assert (summary.indexed, summary.skipped) == (3, 0)
+            assert edited.index(tiny_kb, progress=False).indexed == 0  # the same pipeline again: nothing to do
+            index = KnowledgeIndex.load(indexer.deployment.index_path)
+            assert {d.pipeline for d in index.documents} == {edited.digest}
+            # an index written before digests were recorded: each page once more
+            index.documents[0].pipeline = ""
+            index.save(indexer.deployment.index_path)
+            assert edited.index(tiny_kb, progress=False).indexed == 1
+        finally:
+            edited.close()
+
     def test_changed_file_replaces_its_chunks(self, indexer, tiny_kb):
         indexer.index(tiny_kb, progress=False)
         path = tiny_kb / "alerts/disk.md"
