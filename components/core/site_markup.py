@@ -46,7 +46,7 @@ _HUGO_ESCAPED = re.compile(r"(?P<open>\{\{[<%])/\*|\*/(?P<close>[>%]\}\})")
 #: Quarto's page values (`{{< meta title >}}`), not an escaped one (`{{{< meta title >}}}` shows as written)
 _QUARTO_META = re.compile(r"(?<!\{)\{\{<[ \t]*meta[ \t]+(?P<key>[\w.-]+)[ \t]*>\}\}(?!\})")
 #: Quarto's escaped shortcode, which the page shows with one brace less on each side: `{{{< var x >}}}`
-_QUARTO_ESCAPED = re.compile(r"\{\{\{<(?P<body>[^\n]*?)>\}\}\}")
+_QUARTO_ESCAPED = re.compile(r"\{\{\{<(?P<body>[^\n{}]*?)>\}\}\}")
 #: the language a code shortcode's opening names
 _CODE_LANG = re.compile(r"""\blang(?:uage)?\s*[:=]\s*["']?([\w+#.-]+)""")
 _HIGHLIGHT_LANG = re.compile(r"""\bhighlight\s+["']?([A-Za-z][\w+#.-]*)(?=["']?\s)""")
@@ -74,7 +74,9 @@ _MDX_COMMENT_MARKERS = ("{/*", "*/}")
 #: an MDX expression alone on its line that renders a component or not (`{process.env.X !== 'production' && <Old />}`):
 #: what it shows depends on the build, so nothing of it is kept
 _MDX_CONDITIONAL = re.compile(
-    r"^[ \t]*\{(?![/*{])[^{}\n]*(?:&&|\|\||\?|=>)[^{}\n]*<[A-Za-z>][^{}\n]*\}[ \t]*$", re.MULTILINE
+    # its operator and its tag are looked for ahead, each once: a long line of operators costs one pass
+    r"^[ \t]*\{(?![/*{])(?=[^{}\n]*(?:&&|\|\||\?|=>))(?=[^{}\n]*<[A-Za-z>])[^{}\n]*\}[ \t]*$",
+    re.MULTILINE,
 )
 _MDX_IMPORT = re.compile(
     # one or several statements on a line (`import Tabs from '@theme/Tabs'; import TabItem from '@theme/TabItem';`)
@@ -84,7 +86,8 @@ _MDX_IMPORT = re.compile(
 
 #: Hugo's `comment` shortcode, whose content the page does not show
 _HUGO_COMMENT = re.compile(r"\{\{[<%]-?\s*comment\s*-?[>%]\}\}.*?(?:\{\{[<%]-?\s*/comment\s*-?[>%]\}\}|\Z)", re.DOTALL)
-_HUGO = re.compile(r"\{\{[<%]-?\s*/?\*?.*?\*?/?\s*-?[>%]\}\}", re.DOTALL)
+#: a shortcode, over several lines too; it holds no other opening, so a page of unclosed openings is read once
+_HUGO = re.compile(r"\{\{[<%]-?\s*/?\*?(?:(?!\{\{[<%]).)*?\*?/?\s*-?[>%]\}\}", re.DOTALL)
 _HUGO_NAME = re.compile(r"\{\{[<%]-?\s*([\w-]+)")
 _HUGO_PARAM = re.compile(r"""(\w+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
 _HUGO_ARGUMENT = re.compile(r"""\{\{[<%]-?\s*[\w-]+\s+(?:"([^"]*)"|'([^']*)')""")
@@ -93,7 +96,8 @@ _HUGO_ARGUMENT = re.compile(r"""\{\{[<%]-?\s*[\w-]+\s+(?:"([^"]*)"|'([^']*)')"""
 _HUGO_SHOWN = ("header", "title", "subtitle", "text", "label", "caption")
 #: Liquid tags, and Liquid output that is Jekyll's: a site variable, a quoted string or a filter (`| relative_url`)
 _LIQUID = re.compile(
-    r"\{%-?.*?-?%\}|\{\{-?\s*(?:(?:site|page|include|layout|jekyll|paginator)\b|['\"])[^{}]*?-?\}\}"
+    # a tag runs to its `%}` and holds no other `{%`: a page of unclosed openings is read once, not once per opening
+    r"\{%-?(?:(?!\{%).)*?-?%\}|\{\{-?\s*(?:(?:site|page|include|layout|jekyll|paginator)\b|['\"])[^{}]*?-?\}\}"
     r"|\{\{-?[^{}|]*\|[^{}]*?-?\}\}",
     re.DOTALL,
 )

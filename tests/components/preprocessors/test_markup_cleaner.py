@@ -229,7 +229,11 @@ class TestMarkupCleaner:
 
     @pytest.mark.parametrize(
         "text",
-        ["{% highlight x %}\ntext\n" * 20_000, "{/*\n" * 40_000, "a {/* b\n" * 40_000],
+        [
+            *("{% highlight x %}\ntext\n" * 20_000, "{/*\n" * 40_000, "a {/* b\n" * 40_000),
+            # unclosed shortcodes, Liquid tags and Quarto escapes, a line of MDX operators (each was quadratic)
+            *("{{< x " * 20_000, "{% x " * 20_000, "{{{< x " * 20_000, "{" + "a && b ? " * 20_000),
+        ],
     )
     def test_unclosed_code_shortcodes_and_mdx_comments_cost_one_pass(self, text):
         # a hostile page of openings never closed: each opening searched to the end of the page was quadratic
