@@ -2,13 +2,14 @@
 
     python benchmarks/markup_residue.py path/to/site/docs [--pipeline pipelines/indexing.yaml]
 
-runs the shipped indexing pipeline's markdown converter, markup cleaner, metadata, cleaner and chunker (no embedding,
-no store: seconds, not minutes) over the folder's `.md`, `.mdx` and `.qmd` pages, the partials and included pages left
-out as `index` leaves them, and prints one JSON line: pages, chunks, unresolved includes, titles still holding a heading
-anchor, and per residue pattern the chunks whose text outside code matches it. Run it on a checkout before and after a
-change to the cleaning to see what the change did to a site. `--chunks FILE` also writes every chunk's source, index,
-title, breadcrumb, lines and a hash of its text: two checkouts' files are equal exactly when they chunk the folder
-alike (what an embedding sees), so a change that leaves an evaluation set's file equal cannot move its `eval` figures.
+runs the shipped indexing pipeline's markdown converter, markup cleaner, metadata, cleaner and chunker (no embedding, no
+store: seconds, not minutes) over the folder's `.md`, `.mdx`, `.qmd` and `.Rmd` pages, the partials and included pages
+left out as `index` leaves them, and prints one JSON line: pages, chunks, unresolved includes, titles still holding a
+heading anchor, and per residue pattern the chunks whose text outside code matches it. Run it on a checkout before and
+after a change to the cleaning to see what the change did to a site. `--chunks FILE` also writes every chunk's source,
+index, title, breadcrumb, lines and a hash of its text: two checkouts' files are equal exactly when they chunk the
+folder alike (what an embedding sees), so a change that leaves an evaluation set's file equal cannot move its `eval`
+figures.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def residue(folder: Path, pipeline: Path, chunks_file: Path | None = None, show:
     spec = yaml.safe_load(pipeline.read_text(encoding="utf-8"))
     partial_folders = (spec.get("metadata") or {}).get("partial_folders", DEFAULT_PARTIAL_FOLDERS)
     files = find_knowledge_files(folder).files
-    pages = {p: s for p, s in files.items() if p.suffix in (".md", ".mdx", ".qmd")}
+    pages = {p: s for p, s in files.items() if p.suffix.lower() in (".md", ".mdx", ".qmd", ".rmd")}
     headless = headless_folders(files)
     pages = {p: s for p, s in pages.items() if not is_partial(s, partial_folders, headless)}
     converted = _component(spec["components"], "markdown").run(

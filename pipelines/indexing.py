@@ -164,7 +164,7 @@ def _size_on_disk(paths: list[Path]) -> int:
 
 
 #: the files the include scan reads: those the markdown converter takes
-_MARKDOWN_SUFFIXES = (".md", ".mdx", ".markdown", ".qmd")
+_MARKDOWN_SUFFIXES = (".md", ".mdx", ".markdown", ".qmd", ".rmd")
 _RST_SUFFIXES = (".rst",)
 #: the router's output for reStructuredText, to which a Sphinx site's pages of another suffix are sent
 _RST_MIME = "text/x-rst"

@@ -53,6 +53,7 @@ def build_knowledge(root: Path) -> Path:
     shutil.copytree(FIXTURES / "hexo" / "source", root / "hexo")
     shutil.copytree(FIXTURES / "vuepress" / "docs", root / "vuepress")
     shutil.copytree(FIXTURES / "great-tables" / "docs", root / "great-tables")
+    shutil.copytree(FIXTURES / "dplyr" / "vignettes", root / "dplyr")
     # HAMi's earlier releases of its uninstall page have a test of their own (`TestVersionedSite`)
     skipped = shutil.ignore_patterns("LICENSE", "SOURCES.md", "versioned_docs")
     shutil.copytree(FIXTURES / "hami", root / "hami", ignore=skipped)
@@ -255,6 +256,14 @@ class TestRealDocumentation:
         crumbs = {c.meta["breadcrumb"] for c in notes}  # headings inside layout divs stay headings
         assert "Technical notes > Boxhead, Stub, and Summary Rows > Group stub" in crumbs
         assert not [c for c in notes if ":::" in prose(c.content)]
+
+    def test_an_r_markdown_page_is_indexed_with_its_cells_as_code(self, chunks):
+        grouping = _of(chunks, "dplyr/grouping.Rmd")  # `.Rmd` is indexed, as markdown
+        crumbs = {c.meta["breadcrumb"] for c in grouping}
+        assert "Grouped data > Group metadata > Removing grouping variables" in crumbs
+        assert not [c for c in crumbs if "opts_chunk" in c or "#>" in c]
+        text = "\n".join(c.content for c in grouping)
+        assert "```r\nby_species <- starwars |> group_by(species)" in text  # ```{r}: an R code block
 
     def test_mdbook_pages_show_what_their_directives_include(self, chunks):
         serve = _of(chunks, "mdbook/cli/serve.md")
@@ -482,6 +491,8 @@ class TestRealDocumentation:
                 "What happens to the grand summary row when the stub has both row names and groups?",
                 "great-tables/get-started/technical-notes.qmd",
             ),
+            # and on dplyr's R Markdown vignette
+            ("How do I remove the grouping from a grouped data frame in dplyr?", "dplyr/grouping.Rmd"),
         ],
     )
     def test_a_question_finds_its_page_first(self, service, question, source):
