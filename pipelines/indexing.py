@@ -195,6 +195,8 @@ class _IncludedVersions:
         return any(self[name] != version for name, version in entry.includes.items())
 
 
+#: init parameters that set how fast a component works, not what it makes: a change to one re-indexes nothing
+_PACE = frozenset(("batch_size", "progress_bar"))
 #: the project's helpers every converter and cleaner shares: a change to one changes what pages become
 _SHARED_CODE = Path(__file__).resolve().parent.parent / "components" / "core"
 
@@ -211,7 +213,11 @@ def pipeline_digest(pipeline: Pipeline, writer: str) -> str:
     :returns: 16 hex characters.
     """
     spec = pipeline.to_dict()
-    spec["components"] = {name: c for name, c in spec["components"].items() if name != writer}
+    spec["components"] = {
+        name: {**c, "init_parameters": {k: v for k, v in c.get("init_parameters", {}).items() if k not in _PACE}}
+        for name, c in spec["components"].items()
+        if name != writer
+    }
     try:
         version = importlib.metadata.version("lookup-knowledge")
     except importlib.metadata.PackageNotFoundError:  # run from a checkout without installing it

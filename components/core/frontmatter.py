@@ -98,12 +98,19 @@ def split_frontmatter(text: str, max_bytes: int, max_aliases: int) -> tuple[dict
     first = lines[start].strip()
     if first in ("---", "+++"):
         end = _closing_line(lines[start:], ("---", "...") if first == "---" else ("+++",))
+        if end is None and start:  # after blank lines, a `+++` that opens no block is the body's (MyST's break)
+            return {}, text, 0
         if end is None:
             raise FrontmatterError(f"frontmatter starts with '{first}' but has no closing '{first}' line")
         raw = "\n".join(lines[start + 1 : start + end])
         if len(raw.encode("utf-8")) > max_bytes:
             raise FrontmatterError(f"frontmatter is over the {max_bytes}-byte cap (max_frontmatter_bytes)")
-        front = _yaml(raw, max_aliases) if first == "---" else _toml(raw)
+        try:
+            front = _yaml(raw, max_aliases) if first == "---" else _toml(raw)
+        except FrontmatterError:
+            if start:  # after blank lines, text between two `+++` that is no TOML is the body's
+                return {}, text, 0
+            raise
         consumed = start + end + 1
     elif first == "{":
         block = _json_block(lines)

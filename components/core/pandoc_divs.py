@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from components.core.markdown_text import closes_fence, opening_fence
+from components.core.markdown_text import HEADING_ATTRIBUTES, closes_fence, opening_fence
 
 #: a div's opening with attributes (`::: {.callout-note}`, `:::{#fig-x layout-ncol=2}`), or with one bare class that
 #: only Quarto gives (`::: callout-tip`, `::: panel-tabset`); MyST's `:::{note}` names a directive, not attributes
 _OPEN = re.compile(
-    r"^[ \t]*:{3,}[ \t]*(?:\{(?P<attributes>[ \t]*(?:[.#][^{}\n]*|[^{}\n]*=[^{}\n]*))\}"
+    r"^[ \t]*:{3,}[ \t]*(?:\{(?P<attributes>[ \t]*(?:[.#]|(?=[^{}\n]*=))[^{}\n]*)\}"
     r"|(?P<word>callout-[\w-]+|panel-tabset))[ \t]*$"
 )
 _CLOSE = re.compile(r"^[ \t]*:{3,}[ \t]*$")
@@ -30,9 +30,10 @@ class _Div:
 
 def pandoc_divs(lines: list[str]) -> list[str]:
     """
-    Quarto's fenced divs, line for line: a callout's opening shows its title (its `title`, else a heading that is
-    its first line, which is then no heading, else its kind: `::: {.callout-note}` shows "Note"); a tabset's tab
-    headings show as labels, not headings; other divs' fences show nothing. Code blocks are left as they are.
+    Quarto's fenced divs, line for line: a callout shows its title (its `title`; else a heading that is its first
+    line, shown there as text, the opening showing nothing; else its kind: `::: {.callout-note}` shows "Note"); a
+    tabset's tab headings show as labels, not headings; other divs' fences show nothing. Code blocks are left as
+    they are.
 
     :param lines: A markdown page's lines.
     :returns: As many lines.
@@ -40,7 +41,7 @@ def pandoc_divs(lines: list[str]) -> list[str]:
     out: list[str] = []
     stack: list[_Div] = []
     fence = ""
-    for line in lines:
+    for number, line in enumerate(lines):
         if fence:
             fence = "" if closes_fence(line, fence) else fence
             out.append(line)
@@ -48,6 +49,8 @@ def pandoc_divs(lines: list[str]) -> list[str]:
         opened = _OPEN.match(line)
         if opened:
             div, shown = _open(opened.group("attributes") or opened.group("word"))
+            if div.callout and _HEADING.match(next((x for x in lines[number + 1 :] if x.strip()), "")):
+                shown = ""  # the heading is its title, shown in place of its kind
             stack.append(div)
             out.append(shown)
         elif stack and _CLOSE.match(line):
@@ -80,9 +83,9 @@ def _inside(stack: list[_Div], line: str) -> str:
     heading = _HEADING.match(line)
     if div.callout:
         div.callout = False  # only the first line can be its title
-        return heading.group("text") if heading else line
+        return HEADING_ATTRIBUTES.sub("", heading.group("text")) if heading else line
     if div.tabset and heading:
         level = len(heading.group("marks"))
         div.tab_level = div.tab_level or level
-        return heading.group("text") if level == div.tab_level else line
+        return HEADING_ATTRIBUTES.sub("", heading.group("text")) if level == div.tab_level else line
     return line

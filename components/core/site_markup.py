@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import datetime
 import html
 import re
 from collections.abc import Callable, Mapping
@@ -25,6 +27,7 @@ from components.core.markdown_text import (
     closes_fence,
     opening_fence,
     unquoted,
+    without_code,
 )
 from components.core.pandoc_divs import pandoc_divs
 
@@ -33,20 +36,23 @@ _CODE_SHORTCODES = ("highlight", "code", "code-toggle", "codeblock", "snippet")
 _CODE_OPEN = re.compile(
     # not a self-closing one (`{{< code-toggle config=x />}}` shows a configuration, it opens no block)
     r"^[ \t]*(?:\{\{[<%]-?\s*(?:" + "|".join(_CODE_SHORTCODES) + r")\b[^\n]*?(?<!/)[>%]\}\}"
-    r"|\{%-?\s*(?:highlight|codeblock|code)\b[^\n]*?%\})[ \t]*$",
+    # Hexo's `codeblock` (not its `code` alias: GitBook's `{% code title="a.js" %}` wraps a fence and shows its title)
+    r"|\{%-?\s*(?:highlight|codeblock)\b[^\n]*?%\})[ \t]*$",
     re.MULTILINE,
 )
 _CODE_CLOSE = re.compile(
     r"^[ \t]*(?:\{\{[<%]-?\s*/\s*(?:" + "|".join(_CODE_SHORTCODES) + r")\s*-?[>%]\}\}"
-    r"|\{%-?\s*end(?:highlight|codeblock|code)\s*-?%\})[ \t]*$",
+    r"|\{%-?\s*end(?:highlight|codeblock)\s*-?%\})[ \t]*$",
     re.MULTILINE,
 )
 #: a shortcode Hugo shows as written, in code too: `{{</* card */>}}` shows `{{< card >}}` (its delimiters' `/*`, `*/`)
-_HUGO_ESCAPED = re.compile(r"(?P<open>\{\{[<%])/\*|\*/(?P<close>[>%]\}\})")
+_HUGO_ESCAPED = re.compile(r"\{\{(?P<kind>[<%])/\*(?P<body>(?:(?!\{\{[<%]|\*/[>%]\}\})[^\n])*)\*/(?P<end>[>%])\}\}")
 #: Quarto's page values (`{{< meta title >}}`), not an escaped one (`{{{< meta title >}}}` shows as written)
 _QUARTO_META = re.compile(r"(?<!\{)\{\{<[ \t]*meta[ \t]+(?P<key>[\w.-]+)[ \t]*>\}\}(?!\})")
 #: Quarto's escaped shortcode, which the page shows with one brace less on each side: `{{{< var x >}}}`
 _QUARTO_ESCAPED = re.compile(r"\{\{\{<(?P<body>[^\n{}]*?)>\}\}\}")
+#: what a `kbd` shortcode's keys are written between
+_KBD_DELIMITERS = re.compile(r"^\{\{[<%]-?\s*kbd\b|-?[>%]\}\}$")
 #: the language a code shortcode's opening names
 _CODE_LANG = re.compile(r"""\blang(?:uage)?\s*[:=]\s*["']?([\w+#.-]+)""")
 _HIGHLIGHT_LANG = re.compile(r"""\bhighlight\s+["']?([A-Za-z][\w+#.-]*)(?=["']?\s)""")
@@ -74,8 +80,10 @@ _MDX_COMMENT_MARKERS = ("{/*", "*/}")
 #: an MDX expression alone on its line that renders a component or not (`{process.env.X !== 'production' && <Old />}`):
 #: what it shows depends on the build, so nothing of it is kept
 _MDX_CONDITIONAL = re.compile(
-    # its operator and its tag are looked for ahead, each once: a long line of operators costs one pass
-    r"^[ \t]*\{(?![/*{])(?=[^{}\n]*(?:&&|\|\||\?|=>))(?=[^{}\n]*<[A-Za-z>])[^{}\n]*\}[ \t]*$",
+    # its operator and its element are looked for ahead, each once: a long line of operators costs one pass; a type
+    # (`{ value?: Array<string> }`) has neither a `&&`, `||`, `=>` or `? ` nor an element after a space
+    r"^[ ]{0,3}\{(?![/*{])(?=[^{}\n]*(?:&&|\|\||=>|\?[ \t]))(?=[^{}\n]*[\s(]<(?:[A-Za-z][\w.]*[\s/>]|>))"
+    r"[^{}\n]*\}[ \t]*$",
     re.MULTILINE,
 )
 _MDX_IMPORT = re.compile(
@@ -87,7 +95,7 @@ _MDX_IMPORT = re.compile(
 #: Hugo's `comment` shortcode, whose content the page does not show
 _HUGO_COMMENT = re.compile(r"\{\{[<%]-?\s*comment\s*-?[>%]\}\}.*?(?:\{\{[<%]-?\s*/comment\s*-?[>%]\}\}|\Z)", re.DOTALL)
 #: a shortcode, over several lines too; it holds no other opening, so a page of unclosed openings is read once
-_HUGO = re.compile(r"\{\{[<%]-?\s*/?\*?(?:(?!\{\{[<%]).)*?\*?/?\s*-?[>%]\}\}", re.DOTALL)
+_HUGO = re.compile(r"\{\{[<%](?:(?!\{\{[<%]).)*?[>%]\}\}", re.DOTALL)
 _HUGO_NAME = re.compile(r"\{\{[<%]-?\s*([\w-]+)")
 _HUGO_PARAM = re.compile(r"""(\w+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
 _HUGO_ARGUMENT = re.compile(r"""\{\{[<%]-?\s*[\w-]+\s+(?:"([^"]*)"|'([^']*)')""")
@@ -171,7 +179,8 @@ _DOCUSAURUS = re.compile(
 )
 #: the kinds of aside whose marker without a title shows the kind as its title (`:::tip` shows "Tip")
 #: a tab of VuePress' `tabs`/`code-tabs` container (`@tab pnpm`, `@tab:active npm`, `@tab Title#value`): its label
-_VUEPRESS_TAB = re.compile(r"^[ \t]*@tab(?::active)?(?:[ \t]+(?P<label>[^\n#]*?))?(?:#[\w-]*)?[ \t]*$", re.MULTILINE)
+_VUEPRESS_TAB = re.compile(r"^[ \t]*@tab(?::active)?(?P<rest>[ \t][^\n]*)?$", re.MULTILINE)
+_TAB_VALUE = re.compile(r"#[\w-]*[ \t]*$")
 #: markdown-it's table of contents marker (VuePress), which the page shows as the list of its headings
 _TOC_MARKER = re.compile(r"^[ \t]*\[\[toc\]\][ \t]*$", re.MULTILINE | re.IGNORECASE)
 _ASIDE_KINDS = frozenset(
@@ -327,7 +336,9 @@ def _hugo_words(match: re.Match[str]) -> str:
     code = match.group(0)
     name = _HUGO_NAME.match(code)
     params = {key: a if a is not None else b for key, a, b in _HUGO_PARAM.findall(code)}
-    words = " — ".join(dict.fromkeys(params[key] for key in _HUGO_SHOWN if params.get(key)))
+    # a `text` is what a link or tooltip shows (its `title` is a tooltip); else a card's header, title and subtitle
+    shown = ("text",) if params.get("text") else _HUGO_SHOWN
+    words = " — ".join(dict.fromkeys(params[key] for key in shown if params.get(key)))
     kind = name.group(1) if name else ""
     if not words and kind == "tab":
         words = params.get("name", "")
@@ -336,8 +347,8 @@ def _hugo_words(match: re.Match[str]) -> str:
     elif not words and kind == "heading" and (argument := _HUGO_ARGUMENT.match(code)):
         words = argument.group(1) or argument.group(2) or ""
     elif not words and kind == "kbd":  # Quarto's keys: `{{< kbd Shift-Ctrl-P >}}`, or per system, the first shown
-        keys = [next((v for v in found[1:] if v), "") for found in _SHORTCODE_PARAM.findall(code.split(None, 2)[-1])]
-        words = next((key for key in keys if key not in (">}}", "%}}")), "")
+        inner = _KBD_DELIMITERS.sub("", code)
+        words = next((v for found in _SHORTCODE_PARAM.findall(inner) for v in found[1:] if v), "")
     return words + _blank(match)
 
 
@@ -541,29 +552,65 @@ def _code_language(opening: str) -> str:
     return named.group(1) if named else ""
 
 
+def _fenced_spans(text: str) -> list[tuple[int, int]]:
+    """Where the page's own fenced code blocks are (start and end offsets), an unclosed one running to the end."""
+    spans: list[tuple[int, int]] = []
+    fence, start, offset = "", 0, 0
+    for line in text.split("\n"):
+        if fence:
+            if closes_fence(unquoted(line), fence):
+                spans.append((start, offset + len(line)))
+                fence = ""
+        elif opened := opening_fence(unquoted(line)):
+            fence, start = opened, offset
+        offset += len(line) + 1
+    if fence:
+        spans.append((start, len(text)))
+    return spans
+
+
 def _fenced_code_blocks(text: str) -> str:
     """
     Each code shortcode's block, from its opening to the next closing, as a code block whose fence no fence in its
-    code closes (`{% highlight markdown %}` around a ```` ```js ```` example); an opening without a closing stays.
-    Openings and closings are each found once, so a page of unclosed openings costs one pass.
+    code closes (`{% highlight markdown %}` around a ```` ```js ```` example); an opening or a closing left without
+    its other half becomes a bare fence. A tag inside a fenced code block is an example, left as written (Hexo's
+    page shows `{% codeblock %}` in a fence). Openings and closings are each found once, so a page of unclosed
+    openings costs one pass.
     """
-    closings = list(_CODE_CLOSE.finditer(text))
+    spans = _fenced_spans(text) if "```" in text or "~~~" in text else []
+    starts = [start for start, _ in spans]
+
+    def shown(match: re.Match[str]) -> bool:
+        at = bisect.bisect_right(starts, match.start()) - 1
+        return at < 0 or match.start() > spans[at][1]
+
+    openings = [m for m in _CODE_OPEN.finditer(text) if shown(m)]
+    closings = [m for m in _CODE_CLOSE.finditer(text) if shown(m)]
     parts: list[str] = []
     done = 0
-    following = 0  # the first closing not yet paired
-    for opening in _CODE_OPEN.finditer(text):
+    following = 0  # the first closing not yet paired or passed
+    for opening in openings:
         if opening.start() < done:
             continue  # inside the block just paired
         while following < len(closings) and closings[following].start() < opening.end():
+            if closings[following].start() >= done:  # a closing without its opening
+                parts += [text[done : closings[following].start()], "```"]
+                done = closings[following].end()
             following += 1
-        if following == len(closings):
-            break
+        if following == len(closings):  # an opening without its closing
+            parts += [text[done : opening.start()], "```"]
+            done = opening.end()
+            continue
         closing = closings[following]
         body = text[opening.end() : closing.start()]
         longest = max((len(m.group(1)) for m in re.finditer(r"^[ \t]*(`{3,})", body, re.MULTILINE)), default=0)
         fence = "`" * max(3, longest + 1)
         parts += [text[done : opening.start()], fence + _code_language(opening.group(0)), body, fence]
         done, following = closing.end(), following + 1
+    for closing in closings[following:]:
+        if closing.start() >= done:
+            parts += [text[done : closing.start()], "```"]
+            done = closing.end()
     return "".join(parts) + text[done:]
 
 
@@ -597,8 +644,7 @@ def _without_mdx_comments(text: str) -> str:
 def _fence_code_shortcodes(text: str) -> str:
     if "raw" in text:
         text = _literal_raw_blocks(text)
-    text = _CODE_OPEN.sub("```", _fenced_code_blocks(text))
-    text = _RAW_TAG.sub("", _CODE_CLOSE.sub("```", text))
+    text = _RAW_TAG.sub("", _fenced_code_blocks(text))
     return _fence_code_tabs(text) if "tab" in text else text
 
 
@@ -712,7 +758,7 @@ _PROSE: _Rewrites = [
     (_PANDOC_IMAGE, lambda m: f"![{m.group('alt')}]({m.group('url')})"),
     (_PANDOC_SPAN, lambda m: m.group("text")),
     (_PANDOC_ATTRIBUTES, _blank),
-    (_VUEPRESS_TAB, lambda m: m.group("label") or ""),
+    (_VUEPRESS_TAB, lambda m: _TAB_VALUE.sub("", m.group("rest") or "").strip()),
     (_TOC_MARKER, _blank),
     (_PYMDOWNX_BLOCK, _block_title),
     (_GITHUB_ALERT, lambda m: m.group("quote") + (m.group("rest") or m.group("kind").capitalize())),
@@ -803,6 +849,8 @@ def with_page_values(text: str, meta: Mapping[str, Any]) -> str:
                 found = found[int(part)]
             else:
                 return match.group(0)
+        if isinstance(found, datetime.date):  # YAML reads `date: 2024-05-01` as a date
+            return found.isoformat()
         if isinstance(found, str | int | float) and not isinstance(found, bool):
             return " ".join(str(found).split())
         return match.group(0)
@@ -844,6 +892,8 @@ def _lines_in_tables(lines: list[str]) -> set[int]:
 def _clean(text: str) -> str:
     if "{{{<" in text:  # its braces out of every rule's reach until the end
         text = _QUARTO_ESCAPED.sub(lambda m: f"{_RAW_BRACE * 2}<{m.group('body')}>}}}}", text)
+    if "*/" in text:  # so are an escaped Hugo shortcode's, in prose and code alike
+        text = _HUGO_ESCAPED.sub(lambda m: f"{_RAW_BRACE * 2}{m['kind']}{m['body']}{m['end']}}}}}", text)
     lines = _dedent_mkdocs(_fence_code_shortcodes(text).split("\n"))
     if ":::" in text:
         lines = pandoc_divs(lines)
@@ -858,7 +908,7 @@ def _clean(text: str) -> str:
     fence = ""
     mdx = ""  # the fence of an open mdx-code-block, whose lines are prose
     vue = _VUE_PAGE.search(text) is not None
-    defined = _defined_labels(text) if "]:" in text else frozenset()
+    defined = _defined_labels(without_code(text)) if "]:" in text else frozenset()
     comment = False  # inside an HTML comment, which may hide a whole code block (a translation's original)
     mdx_comment = False  # inside an MDX comment, which may hide code blocks and headings too
     closings = closing_lines(lines) if "<pre" in text.lower() else None
@@ -901,5 +951,4 @@ def _clean(text: str) -> str:
             prose.append(line)
     if prose:
         out.extend(_clean_prose("\n".join(prose), closed, vue, defined).split("\n"))
-    cleaned = "\n".join(out).replace(_RAW_BRACE, "{")
-    return _HUGO_ESCAPED.sub(lambda m: m.group("open") or m.group("close"), cleaned) if "*/" in cleaned else cleaned
+    return "\n".join(out).replace(_RAW_BRACE, "{")

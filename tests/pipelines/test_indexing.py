@@ -103,8 +103,13 @@ class TestKnowledgeIndexer:
             indexer.deployment,
             component_params={"writer": {"collection": {"collection_name": name}}, "chunker": {"max_chars": 600}},
         )
+        paced = KnowledgeIndexer(
+            indexer.deployment,
+            component_params={"writer": {"collection": {"collection_name": name}}, "embedder": {"batch_size": 7}},
+        )
         try:
             assert edited.digest != indexer.digest
+            assert paced.digest == indexer.digest  # how fast it embeds is not what it makes
             summary = edited.index(tiny_kb, progress=False)
             assert (summary.indexed, summary.skipped) == (3, 0)
             assert edited.index(tiny_kb, progress=False).indexed == 0  # the same pipeline again: nothing to do
@@ -116,6 +121,7 @@ class TestKnowledgeIndexer:
             assert edited.index(tiny_kb, progress=False).indexed == 1
         finally:
             edited.close()
+            paced.close()
 
     def test_changed_file_replaces_its_chunks(self, indexer, tiny_kb):
         indexer.index(tiny_kb, progress=False)

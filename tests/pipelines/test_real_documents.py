@@ -236,7 +236,10 @@ class TestRealDocumentation:
         crumbs = {c.meta["breadcrumb"] for c in server}  # a shortcut link's text
         assert "Server > hexo-server" in crumbs and all(c.startswith("Server > hexo-server") for c in crumbs)
         assert "you will first have to install hexo-server." in "\n".join(c.content for c in server)
-        tags = "\n".join(c.content for c in _of(chunks, "hexo/docs/tag-plugins.md"))
+        plugins = _of(chunks, "hexo/docs/tag-plugins.md")
+        # a `{% codeblock %}` shown inside a fence is an example: the headings after it stay headings
+        assert "Tag Plugins > Code Block > Examples" in {c.meta["breadcrumb"] for c in plugins}
+        tags = "\n".join(c.content for c in plugins)
         assert "```objc\n[rectangle setX: 10 y: 10 width: 20 height: 20];\n```" in tags  # `{% codeblock lang:objc %}`
         assert "David Levithan, Wide Awake" in prose(tags)  # a blockquote's source
         bundler = _of(chunks, "vuepress/guide/bundler.md")

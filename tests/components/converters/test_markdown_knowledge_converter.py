@@ -165,6 +165,10 @@ class TestMarkdownKnowledgeConverter:
         assert doc.meta["line_map"] == [[0, 6, 1]]
         rule = parse_knowledge_file(b"\n---\ntitle: x\n---\n# Page", "r.md")
         assert rule.content == "\n---\ntitle: x\n---\n# Page" and rule.meta["title"] == "Page"
+        # after blank lines, `+++` lines around no TOML, or one never closed, are the body's (MyST's block break)
+        for data in (b"\n+++\n\n# Title\n\nSome text.\n\n+++\n\nMore.\n", b"\n+++\n# Title\n"):
+            page = parse_knowledge_file(data, "m.md")
+            assert page.content == data.decode() and page.meta["title"] == "Title"
 
     def test_a_body_that_starts_with_a_brace_is_no_front_matter(self):
         doc = parse_knowledge_file(b'{"not": "closed"\ntext', "a.md")

@@ -10,10 +10,10 @@ class TestPandocDivs:
             # a callout shows its kind, its title, or the heading that is its first line (then no heading)
             (":::{.callout-note}\nPlain.\n:::", "Note\nPlain.\n"),
             ('::: {.callout-tip title="Tip with Title"}\nBody.\n:::', "Tip with Title\nBody.\n"),
-            ("::: callout-warning\n\n## Careful\n\n## Not a title\n:::", "Warning\n\nCareful\n\n## Not a title\n"),
+            ("::: callout-warning\n\n## Careful {#c}\n\n## Not a title\n:::", "\n\nCareful\n\n## Not a title\n"),
             # a tabset's headings at its first heading's level are labels; a deeper one stays a heading
             (
-                "::: {.panel-tabset}\n## R\n### Inside\n## Python\n:::\n## After",
+                "::: {.panel-tabset}\n## R\n### Inside\n## Python {#py}\n:::\n## After",
                 "\nR\n### Inside\nPython\n\n## After",
             ),
             # other divs' fences go, nested ones too; MyST's `:::{note}` and Docusaurus' `:::tip` are not Pandoc's

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import datetime
 import time
 
 import pytest
@@ -166,6 +167,11 @@ class TestMarkupCleaner:
                 "[hexo-server]: https://github.com/hexojs/hexo-server",
                 "## hexo-server\nInstall Hexo-Server, not [x] or `[hexo-server]`.\n```\n[a]\n```\n",
             ),
+            (
+                "Add to the [server] section.\n```md\n[server]: http://x\n```",
+                "Add to the [server] section.\n```md\n[server]: http://x\n```",
+            ),
+            ("{ value?: Array<string> }", "{ value?: Array<string> }"),  # a type, not an MDX expression
             # VuePress: a tab container and its tabs show their labels, the TOC marker goes, an escaped tag is text
             (
                 "::: code-tabs#shell\n@tab pnpm\n```bash\npnpm i\n```\n@tab:active npm#npm\n:::\n[[toc]]",
@@ -233,6 +239,7 @@ class TestMarkupCleaner:
             *("{% highlight x %}\ntext\n" * 20_000, "{/*\n" * 40_000, "a {/* b\n" * 40_000),
             # unclosed shortcodes, Liquid tags and Quarto escapes, a line of MDX operators (each was quadratic)
             *("{{< x " * 20_000, "{% x " * 20_000, "{{{< x " * 20_000, "{" + "a && b ? " * 20_000),
+            *("@tab a" + " " * 40_000 + "b", "::: {" + "a=" * 25_000, "{{< " + " " * 20_000 + "x"),
         ],
     )
     def test_unclosed_code_shortcodes_and_mdx_comments_cost_one_pass(self, text):
@@ -292,6 +299,24 @@ class TestMarkupCleaner:
         assert clean_markup(text) == (
             "```\n[params]\n# comment\n```\n```ruby\n# x\n```\n```objc\n# y\n```\n```\n# z\n```"
         )
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            # GitBook's code tag wraps a fence and shows its title; Hexo's codeblock in a fence is an example
+            ('{% code title="a.js" %}\n```js\nx\n```\n{% endcode %}', "a.js\n```js\nx\n```\n"),
+            (
+                "```\n{% codeblock %}\nx\n{% endcodeblock %}\n```\n### Examples\n```\ny\n```",
+                "```\n{% codeblock %}\nx\n{% endcodeblock %}\n```\n### Examples\n```\ny\n```",
+            ),
+            # an escaped shortcode shows as Hugo shows it in prose too; half an escape is no escape
+            ("Use {{</* card */>}} here.\n```\nfoo */%}}\n```", "Use {{< card >}} here.\n```\nfoo */%}}\n```"),
+            # a link's or tooltip's `text` shows alone (its `title` is a tooltip)
+            ('{{< ref-link text="Guide" title="Open the guide" >}}', "Guide"),
+        ],
+    )
+    def test_code_tags_escapes_and_shown_words_as_the_page_shows_them(self, text, expected):
+        assert clean_markup(text) == expected
 
     def test_an_escaped_hugo_shortcode_shows_as_hugo_shows_it_and_a_go_comment_stays(self):
         # Docsy's shortcode page documents `{{</* card */>}}`: the page shows `{{< card >}}`, the form to copy
@@ -553,6 +578,7 @@ class TestMarkupCleaner:
                 "Press {{< kbd Shift-Ctrl-P >}} or {{< kbd mac=Command-K win=Control-K >}}.",
                 "Press Shift-Ctrl-P or Command-K.",
             ),
+            ("{{< kbd Ctrl-C>}} copies.", "Ctrl-C copies."),
             (
                 "Write `{{{< var version >}}}`; {{{< meta title >}}} shows it.",
                 "Write `{{< var version >}}`; {{< meta title >}} shows it.",
@@ -569,19 +595,21 @@ class TestMarkupCleaner:
     def test_a_quarto_page_value_is_read_from_its_front_matter(self):
         # quarto-web's `_ssg-intro.qmd`, included by each site generator's page, names the including page's values
         page = Document(
-            content="{{< meta ssg-description >}}. Pages in {{< meta ssg-name >}} sites, by {{< meta authors.1 >}}.\n"
+            content="{{< meta ssg-description >}}. Pages in {{< meta ssg-name >}} sites, by {{< meta authors.1 >}}, "
+            "{{< meta date >}}.\n"
             "`{{< meta format-name >}}-md`; {{< meta unset >}}{{< meta authors >}}.",
             meta={
                 "source": "hugo.qmd",
                 "markup": "markdown",
                 "ssg-description": "[Hugo](https://gohugo.io/) is a\npopular system\n",
                 "ssg-name": "Hugo",
+                "date": datetime.date(2024, 5, 1),
                 "format-name": "hugo",
                 "authors": ["A", "B"],
             },
         )
         out = MarkupCleaner().run(documents=[page])["documents"][0]
         assert out.content == (
-            "[Hugo](https://gohugo.io/) is a popular system. Pages in Hugo sites, by B.\n`hugo-md`; ."
+            "[Hugo](https://gohugo.io/) is a popular system. Pages in Hugo sites, by B, 2024-05-01.\n`hugo-md`; ."
         )
         assert page.content.startswith("{{< meta")
