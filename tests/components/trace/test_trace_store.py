@@ -359,9 +359,11 @@ class TestSpool:
         rows = 3000
         spool.write_text("".join(_spool_line(f"q{i}") + "\n" for i in range(rows)))
         TraceStore(trace_url).close()  # migrate first, so the processes race on the rows, not on the schema
+        # the race on the rows is the test, not the deadline: on a loaded machine four processes starting at once
+        # missed the 0.5 s default for their first connection, found the database "unavailable" and stored nothing
         script = (
             "import sys\nfrom components.trace.trace_store import TraceStore\n"
-            "s = TraceStore(sys.argv[1], spool_path=sys.argv[2], retry_after_s=0)\n"
+            "s = TraceStore(sys.argv[1], spool_path=sys.argv[2], retry_after_s=0, timeout_s=30)\n"
             "print(s.replay().stored)\n"
         )
         procs = [
