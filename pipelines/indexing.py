@@ -760,7 +760,7 @@ class KnowledgeIndexer:
             or entry.pipeline != self.digest
             or self._included.changed(entry)
         ]
-        if remade := sum(1 for p, s in sources.items() if s in old and old[s].pipeline != self.digest):
+        if remade := sum(1 for source in sources.values() if source in old and old[source].pipeline != self.digest):
             logger.info(
                 "{count} files are indexed again: the indexing pipeline or its code changed since they were indexed",
                 count=remade,
